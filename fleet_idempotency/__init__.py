@@ -1,0 +1,1 @@
+"""fleet_idempotency: exactly-once robot fleet commands over ROS 2."""

@@ -1,0 +1,110 @@
+"""Helpers for tests that run real ROS processes: spawn, wait for conditions, clean up."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+DEFAULT_TIMEOUT_S = 20.0
+
+
+def wait_for(
+    condition: Callable[[], T | None],
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    what: str = "condition",
+    executor: Any = None,
+    poll_s: float = 0.02,
+) -> T:
+    """Return the first truthy value of ``condition``; fail the test after ``timeout_s``.
+
+    With an executor, callbacks are spun while waiting so that replies can arrive.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.1f} s waiting for {what}")
+        if executor is not None:
+            executor.spin_once(timeout_sec=poll_s)
+        else:
+            time.sleep(poll_s)
+
+
+def clean_dds_shared_memory() -> None:
+    """Remove the /dev/shm segments that a SIGKILLed Fast DDS participant leaves behind."""
+    fastdds = Path(sys.prefix) / "bin" / "fastdds"
+    tool = str(fastdds) if fastdds.exists() else shutil.which("fastdds")
+    if tool:
+        subprocess.run([tool, "shm", "clean"], capture_output=True, check=False, timeout=30)
+
+
+class ChildProcesses:
+    """Real child processes of one test, each logging to its own file."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        log = (self.log_dir / f"{name}.log").open("ab")
+        # Not the repo root as cwd: `python -m` would import the source tree, which lacks
+        # the generated interfaces, instead of the installed package.
+        process = subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.log_dir
+        )
+        self.processes[name] = process
+        return process
+
+    def spawn_python(
+        self, name: str, script_args: list[str], env: dict[str, str]
+    ) -> subprocess.Popen[bytes]:
+        return self.spawn(name, [sys.executable, *script_args], env)
+
+    def log(self, name: str) -> str:
+        path = self.log_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> int:
+        process = self.processes[name]
+        with suppress(ProcessLookupError):
+            process.send_signal(sig)
+        code = process.wait(timeout=DEFAULT_TIMEOUT_S)
+        if sig == signal.SIGKILL:
+            clean_dds_shared_memory()
+        return code
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@pytest.fixture
+def children(tmp_path: Path) -> Iterator[ChildProcesses]:
+    managed = ChildProcesses(tmp_path)
+    try:
+        yield managed
+    finally:
+        managed.stop_all()
+        for name in managed.processes:
+            # Shown by pytest only when the test failed: the children's side of the story.
+            print(f"----- {name} -----\n{managed.log(name)[-4000:]}")
