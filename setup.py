@@ -188,7 +188,7 @@ setup(
         (f"share/{PACKAGE}/launch", sorted(str(p) for p in Path("launch").glob("*.py"))),
         (f"share/{PACKAGE}/config", sorted(str(p) for p in Path("config").glob("*.yaml"))),
     ],
-    install_requires=["setuptools"],
+    install_requires=["setuptools", "lmdb", "pydantic>=2", "PyYAML"],
     zip_safe=False,
     maintainer="fleet_idempotency maintainers",
     maintainer_email="fleet-idempotency@example.com",
@@ -200,6 +200,8 @@ setup(
     distclass=PlatformDistribution,
     entry_points={
         "console_scripts": [
+            "agent_driver = fleet_idempotency.agent_driver:main",
+            "world_simulator = fleet_idempotency.world_simulator:main",
             "fleet-idem-store = fleet_idempotency.store.cli:main",
         ],
     },

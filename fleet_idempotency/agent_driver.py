@@ -1,0 +1,220 @@
+"""Agent-driver node: runs onboard one robot, executes each idempotency key at most once.
+
+Run in the robot's namespace, e.g.::
+
+    ros2 run fleet_idempotency agent_driver --ros-args -r __ns:=/fleet/forklift_1 \\
+        -p robot_id:=forklift_1 -p robot_type:=forklift -p store_dir:=/var/lib/fleet
+
+Topics (relative to the namespace): ``commands`` (FleetCommand, in), ``status``
+(RobotStatus, out); service ``check_key`` (CheckKey); results go to ``/fleet/results``
+(parameter ``results_topic``). All logic lives in AgentCore; this is the ROS shell.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+from fleet_idempotency.agent_core import AgentCore
+from fleet_idempotency.commands import COMMAND_TYPES
+from fleet_idempotency.dedup_window import RecentDeliveries
+from fleet_idempotency.msg import CommandResult, FleetCommand, RobotStatus
+from fleet_idempotency.protocol import Answer
+from fleet_idempotency.robots.simulated import SimulatedRobot
+from fleet_idempotency.ros_convert import (
+    answer_to_msg,
+    delivery_from_msg,
+    fill_check_key_response,
+)
+from fleet_idempotency.sim.world import Pose
+from fleet_idempotency.srv import CheckKey
+from fleet_idempotency.store import IdempotencyStore, StoreConfig
+from fleet_idempotency.world_link_ros import RosWorldLink
+
+COMMAND_QOS = QoSProfile(depth=256, reliability=ReliabilityPolicy.RELIABLE)
+
+
+class AgentDriver(Node):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("agent_driver", **kwargs)
+        p = self._declare_parameters()
+        self.robot_id: str = p["robot_id"]
+        self._world = RosWorldLink(self.context, self.robot_id, timeout_s=p["world_timeout_s"])
+        self._world.wait_until_ready(p["world_timeout_s"])
+        backend = SimulatedRobot(
+            self.robot_id,
+            p["robot_type"],
+            self._world,
+            Pose(x=p["start_x"], y=p["start_y"], theta=p["start_theta"]),
+            time_scale=p["time_scale"],
+        )
+        self.store = IdempotencyStore.open(self._store_config(p))
+        self._results = self.create_publisher(CommandResult, p["results_topic"], COMMAND_QOS)
+        self._status = self.create_publisher(RobotStatus, "status", 10)
+        self.core = AgentCore(
+            backend=backend,
+            store=self.store,
+            capacity=p["capacity"],
+            publish=self._publish_answer,
+            logger=self.get_logger(),
+            on_load_change=self._publish_status,
+            dedup_window=RecentDeliveries() if p["transport_dedup"] else None,
+        )
+        # Commands are handled one at a time (claims serialise anyway); status checks and
+        # timers get their own groups so they are answered while a claim is being synced.
+        self.create_subscription(
+            FleetCommand,
+            "commands",
+            self._on_command,
+            COMMAND_QOS,
+            callback_group=MutuallyExclusiveCallbackGroup(),
+        )
+        self.create_service(
+            CheckKey,
+            "check_key",
+            self._on_check_key,
+            callback_group=MutuallyExclusiveCallbackGroup(),
+        )
+        timers = MutuallyExclusiveCallbackGroup()
+        self.create_timer(p["status_period_s"], self._publish_status, callback_group=timers)
+        self.create_timer(p["gc_period_s"], self._collect_garbage, callback_group=timers)
+        self.core.start()
+        self.get_logger().info(
+            f"{p['robot_type']} {self.robot_id} ready: store {self.store.config.path}, "
+            f"capacity {p['capacity']}, recovered {len(self.store.last_recovery.resumed)} "
+            f"resumed / {len(self.store.last_recovery.interrupted)} interrupted"
+        )
+
+    def _declare_parameters(self) -> dict[str, Any]:
+        defaults: dict[str, Any] = {
+            "robot_id": "robot_1",
+            "robot_type": "amr",
+            "store_dir": str(Path.home() / ".ros" / "fleet_idempotency"),
+            "capacity": 4,
+            "time_scale": 1.0,
+            "start_x": 0.0,
+            "start_y": 0.0,
+            "start_theta": 0.0,
+            "retention_s": 86_400.0,
+            "tombstone_retention_s": 7 * 86_400.0,
+            "expired_key_policy": "reject",
+            "default_recovery_policy": "interrupt",
+            "store_map_size_max_mb": 1024,
+            "durable": True,
+            "gc_period_s": 60.0,
+            "status_period_s": 1.0,
+            "transport_dedup": True,
+            "world_timeout_s": 30.0,
+            "results_topic": "/fleet/results",
+        }
+        values = {
+            name: self.declare_parameter(name, default).value for name, default in defaults.items()
+        }
+        # Per-command-type overrides, e.g. retention_s_by_type.pick: 3600.0 in a params file;
+        # a negative retention or an empty policy means "use the default".
+        for command_type in COMMAND_TYPES:
+            values[f"retention_s_by_type.{command_type}"] = self.declare_parameter(
+                f"retention_s_by_type.{command_type}", -1.0
+            ).value
+            values[f"recovery_policy_by_type.{command_type}"] = self.declare_parameter(
+                f"recovery_policy_by_type.{command_type}",
+                "resume" if command_type == "move_to_waypoint" else "",
+            ).value
+        return values
+
+    def _store_config(self, p: dict[str, Any]) -> StoreConfig:
+        retention = {
+            command_type: float(p[f"retention_s_by_type.{command_type}"])
+            for command_type in COMMAND_TYPES
+            if float(p[f"retention_s_by_type.{command_type}"]) > 0
+        }
+        policies = {
+            command_type: p[f"recovery_policy_by_type.{command_type}"]
+            for command_type in COMMAND_TYPES
+            if p[f"recovery_policy_by_type.{command_type}"]
+        }
+        return StoreConfig(
+            path=Path(p["store_dir"]).expanduser() / self.robot_id,
+            default_retention_s=p["retention_s"],
+            retention_s_by_type=retention,
+            tombstone_retention_s=p["tombstone_retention_s"],
+            expired_key_policy=p["expired_key_policy"],
+            default_recovery_policy=p["default_recovery_policy"],
+            recovery_policy_by_type=policies,
+            map_size_max=int(p["store_map_size_max_mb"]) * 1024 * 1024,
+            durable=p["durable"],
+        )
+
+    # --- callbacks --------------------------------------------------------------------------
+    def _on_command(self, message: FleetCommand) -> None:
+        self.core.submit(delivery_from_msg(message))
+
+    def _publish_answer(self, answer: Answer) -> None:
+        self._results.publish(answer_to_msg(answer, self.get_clock().now().to_msg()))
+
+    def _on_check_key(
+        self, request: CheckKey.Request, response: CheckKey.Response
+    ) -> CheckKey.Response:
+        return fill_check_key_response(self.core.check_key(request.idempotency_key), response)
+
+    def _publish_status(self) -> None:
+        load = self.core.load()
+        pose = self.core.backend.pose()
+        self._status.publish(
+            RobotStatus(
+                robot_id=self.robot_id,
+                robot_type=self.core.backend.robot_type,
+                x=pose.x,
+                y=pose.y,
+                theta=pose.theta,
+                queue_depth=load.queue_depth,
+                capacity=load.capacity,
+                busy=load.busy,
+                current_key=load.current_key,
+                stamp=self.get_clock().now().to_msg(),
+            )
+        )
+
+    def _collect_garbage(self) -> None:
+        report = self.core.collect_garbage(max_batches=4)
+        if report.records_purged or report.tombstones_purged:
+            self.get_logger().info(
+                f"GC: {report.records_purged} records expired to tombstones, "
+                f"{report.tombstones_purged} tombstones purged"
+            )
+
+    def shutdown(self) -> None:
+        """Stop executing (the in-flight claim stays durable for recovery), close the store."""
+        self.core.stop()
+        self._world.close()
+        self.store.close()
+
+
+def main(args: list[str] | None = None) -> None:
+    rclpy.init(args=args)
+    node: AgentDriver | None = None
+    try:
+        node = AgentDriver()
+        executor = MultiThreadedExecutor(num_threads=4)
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        # A second signal during shutdown must not interrupt closing the store.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if node is not None:
+            node.shutdown()
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Robot backends: the interface the agent drives, and simulated robots behind it."""

@@ -1,0 +1,205 @@
+"""Simulated AMRs, forklifts and arms behind the RobotBackend interface.
+
+Commands take simulated time proportional to distance (or a fixed handling time) scaled
+by ``time_scale``, so that retries really arrive while a command is executing. Every
+physical effect goes through the WorldLink, where it is counted.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from fleet_idempotency.commands import (
+    ROBOT_CAPABILITIES,
+    Dock,
+    InvalidCommand,
+    MoveToWaypoint,
+    Pick,
+    Place,
+    check_capability,
+)
+from fleet_idempotency.robots.backend import (
+    Command,
+    CommandRefused,
+    ExecutionAborted,
+    ExecutionFailed,
+    RobotBackend,
+)
+from fleet_idempotency.sim.world import Pose, WorldActionFailed, WorldActionName
+from fleet_idempotency.sim.world_link import WorldLink
+
+# Close enough to count as "already there" when a resumed move re-runs.
+ARRIVAL_TOLERANCE_M = 0.05
+# Pose updates sent to the world while travelling, in simulated seconds.
+TRAVEL_STEP_S = 0.5
+
+
+@dataclass(frozen=True)
+class MotionProfile:
+    speed_m_s: float  # 0: fixed base (an arm)
+    reach_m: float  # how far from its base a fixed robot can pick or place
+    handling_s: float  # one pick or one place
+    docking_s: float
+
+
+PROFILES: dict[str, MotionProfile] = {
+    "amr": MotionProfile(speed_m_s=1.5, reach_m=0.0, handling_s=0.0, docking_s=4.0),
+    "forklift": MotionProfile(speed_m_s=1.0, reach_m=0.0, handling_s=3.0, docking_s=5.0),
+    "arm": MotionProfile(speed_m_s=0.0, reach_m=1.5, handling_s=2.0, docking_s=0.0),
+}
+
+
+class SimulatedRobot(RobotBackend):
+    def __init__(
+        self,
+        robot_id: str,
+        robot_type: str,
+        world: WorldLink,
+        start_pose: Pose,
+        time_scale: float = 1.0,
+    ) -> None:
+        if robot_type not in PROFILES:
+            raise ValueError(
+                f"no simulated robot of type {robot_type!r} (have: {sorted(PROFILES)})"
+            )
+        if time_scale < 0 or not math.isfinite(time_scale):
+            raise ValueError("time_scale must be a finite number >= 0 (0: instant)")
+        self.robot_id = robot_id
+        self.robot_type = robot_type
+        self.profile = PROFILES[robot_type]
+        self.time_scale = time_scale
+        self._world = world
+        self._stop = threading.Event()
+        self._pose_lock = threading.Lock()
+        known = world.locate(robot_id)
+        self._pose = known if known is not None else start_pose
+        if known is None:
+            world.set_pose(robot_id, start_pose)
+
+    # --- RobotBackend ---------------------------------------------------------------------
+    def supported_commands(self) -> frozenset[str]:
+        return ROBOT_CAPABILITIES[self.robot_type]
+
+    def pose(self) -> Pose:
+        with self._pose_lock:
+            return self._pose
+
+    def shutdown(self) -> None:
+        self._stop.set()
+
+    def prepare(self, command: Command) -> None:
+        try:
+            check_capability(self.robot_type, command.command_type)
+        except InvalidCommand as refusal:
+            raise CommandRefused(refusal.message) from None
+        self._target_of(command)
+
+    def execute(self, command: Command) -> dict[str, Any]:
+        payload = command.payload
+        target_name, (x, y) = self._target_of(command)
+        if isinstance(payload, MoveToWaypoint):
+            if command.resumed and self.pose().distance_to(x, y) <= ARRIVAL_TOLERANCE_M:
+                # An absolute move that already arrived before the crash: nothing to redo.
+                return self._result(command, target_name, already_there=True)
+            self._travel_to(x, y)
+            self._act(command, "arrive", target_name)
+            return self._result(command, target_name)
+        if isinstance(payload, Dock):
+            self._travel_to(x, y)
+            self._act(command, "dock", target_name)
+            self._wait(self.profile.docking_s)
+            return self._result(command, target_name)
+        action: WorldActionName = "pick" if isinstance(payload, Pick) else "place"
+        if self.profile.speed_m_s > 0:
+            self._travel_to(x, y)
+        self._wait(self.profile.handling_s / 2)  # approach: forks down, or arm reaching
+        item = self._act(command, action, target_name)
+        self._wait(self.profile.handling_s / 2)  # lift and retract, carrying the item
+        return self._result(command, target_name, item=item)
+
+    # --- helpers --------------------------------------------------------------------------
+    def _target_of(self, command: Command) -> tuple[str, tuple[float, float]]:
+        """Resolve and check the command's target; raise CommandRefused if it is not valid."""
+        geometry = self._world.geometry()
+        payload = command.payload
+        if isinstance(payload, MoveToWaypoint):
+            if payload.waypoint is None:
+                assert payload.x is not None and payload.y is not None
+                return f"{payload.x:g},{payload.y:g}", (payload.x, payload.y)
+            point = geometry.waypoints.get(payload.waypoint)
+            if point is None:
+                raise CommandRefused(f"unknown waypoint {payload.waypoint!r}")
+            return payload.waypoint, (point.x, point.y)
+        if isinstance(payload, Dock):
+            dock = geometry.docks.get(payload.dock)
+            if dock is None:
+                raise CommandRefused(f"unknown dock {payload.dock!r}")
+            return payload.dock, (dock.x, dock.y)
+        assert isinstance(payload, Pick | Place)
+        slot = geometry.slots.get(payload.slot)
+        if slot is None:
+            raise CommandRefused(f"unknown slot {payload.slot!r}")
+        wanted = "station" if self.robot_type == "arm" else "pallet"
+        if slot.kind != wanted:
+            raise CommandRefused(
+                f"slot {payload.slot!r} is a {slot.kind} slot; a {self.robot_type} "
+                f"handles {wanted} slots"
+            )
+        distance = self.pose().distance_to(slot.x, slot.y)
+        if self.profile.speed_m_s == 0 and distance > self.profile.reach_m:
+            raise CommandRefused(
+                f"slot {payload.slot!r} is out of reach "
+                f"({distance:.1f} m > {self.profile.reach_m} m)"
+            )
+        return payload.slot, (slot.x, slot.y)
+
+    def _act(self, command: Command, action: WorldActionName, target: str) -> str:
+        try:
+            return self._world.act(self.robot_id, command.key, action, target, self.pose())
+        except WorldActionFailed as failure:
+            raise ExecutionFailed(f"{action} at {target} failed: {failure}") from None
+
+    def _wait(self, simulated_s: float) -> None:
+        if (
+            simulated_s > 0
+            and self.time_scale > 0
+            and self._stop.wait(simulated_s * self.time_scale)
+        ):
+            raise ExecutionAborted(f"{self.robot_id} is shutting down")
+
+    def _travel_to(self, x: float, y: float) -> None:
+        start = self.pose()
+        distance = start.distance_to(x, y)
+        if distance == 0:
+            return
+        theta = math.atan2(y - start.y, x - start.x)
+        travel_s = distance / self.profile.speed_m_s
+        steps = max(1, math.ceil(travel_s / TRAVEL_STEP_S)) if self.time_scale > 0 else 1
+        for step in range(1, steps + 1):
+            self._wait(travel_s / steps)
+            fraction = step / steps
+            self._move_to(
+                Pose(
+                    x=start.x + (x - start.x) * fraction,
+                    y=start.y + (y - start.y) * fraction,
+                    theta=theta,
+                )
+            )
+
+    def _move_to(self, pose: Pose) -> None:
+        with self._pose_lock:
+            self._pose = pose
+        self._world.set_pose(self.robot_id, pose)
+
+    def _result(self, command: Command, target: str, **extra: Any) -> dict[str, Any]:
+        pose = self.pose()
+        return {
+            "robot_id": self.robot_id,
+            "command_type": command.command_type,
+            "target": target,
+            "pose": {"x": round(pose.x, 3), "y": round(pose.y, 3), "theta": round(pose.theta, 3)},
+            **extra,
+        }

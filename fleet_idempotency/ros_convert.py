@@ -1,0 +1,76 @@
+"""Conversions between the generated ROS interfaces and the transport-neutral forms."""
+
+from __future__ import annotations
+
+import math
+
+from builtin_interfaces.msg import Time
+
+from fleet_idempotency.msg import CommandResult, FleetCommand
+from fleet_idempotency.protocol import Answer, Delivery, KeyStatus
+from fleet_idempotency.srv import CheckKey
+
+
+def epoch_to_time(seconds: float) -> Time:
+    whole = math.floor(seconds)
+    return Time(sec=int(whole), nanosec=int((seconds - whole) * 1e9))
+
+
+def time_to_epoch(stamp: Time) -> float:
+    return float(stamp.sec) + stamp.nanosec / 1e9
+
+
+def delivery_from_msg(message: FleetCommand) -> Delivery:
+    return Delivery(
+        key=message.idempotency_key,
+        client_id=message.client_id,
+        robot_id=message.robot_id,
+        command_type=message.command_type,
+        payload_json=message.payload_json,
+        payload_sha256=message.payload_sha256,
+        attempt=message.attempt,
+    )
+
+
+def delivery_to_msg(delivery: Delivery, issued_at: Time | None = None) -> FleetCommand:
+    return FleetCommand(
+        idempotency_key=delivery.key,
+        client_id=delivery.client_id,
+        robot_id=delivery.robot_id,
+        command_type=delivery.command_type,
+        payload_json=delivery.payload_json,
+        payload_sha256=delivery.payload_sha256,
+        attempt=delivery.attempt,
+        issued_at=issued_at or Time(),
+    )
+
+
+def answer_to_msg(answer: Answer, stamp: Time) -> CommandResult:
+    return CommandResult(
+        idempotency_key=answer.key,
+        client_id=answer.client_id,
+        robot_id=answer.robot_id,
+        command_type=answer.command_type,
+        state=int(answer.state),
+        status_code=answer.status_code,
+        replayed=answer.replayed,
+        result_json=answer.result_json,
+        message=answer.message,
+        payload_sha256=answer.payload_sha256,
+        attempt=answer.attempt,
+        stamp=stamp,
+    )
+
+
+def fill_check_key_response(status: KeyStatus, response: CheckKey.Response) -> CheckKey.Response:
+    response.found = status.found
+    response.state = int(status.state)
+    response.status_code = status.status_code
+    response.robot_id = status.robot_id
+    response.command_type = status.command_type
+    response.payload_sha256 = status.payload_sha256
+    response.result_json = status.result_json
+    response.message = status.message
+    response.created_at = epoch_to_time(status.created_at)
+    response.expires_at = epoch_to_time(status.expires_at)
+    return response

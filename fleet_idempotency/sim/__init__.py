@@ -1,0 +1,1 @@
+"""Simulation of the warehouse world (no ROS imports)."""

@@ -1,0 +1,53 @@
+"""Canonical JSON and the command fingerprint.
+
+The fingerprint decides "same operation or not" for a reused key, so it must not depend
+on incidental encoding choices of the client: key order and whitespace are normalised,
+and values that have no portable JSON form (NaN, Infinity) are refused rather than
+silently encoded in a way another implementation would read differently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from .errors import InvalidRequest
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def canonical_json(obj: Any) -> str:
+    """Sorted keys, no whitespace, non-ASCII kept as UTF-8; NaN/Infinity raise ValueError."""
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def parse_json_object(field: str, text: object) -> dict[str, Any]:
+    """Parse ``text`` as a JSON object, or raise InvalidRequest naming ``field``."""
+    parsed = parse_json(field, text)
+    if not isinstance(parsed, dict):
+        raise InvalidRequest(field, f"must be a JSON object, got JSON {type(parsed).__name__}")
+    return parsed
+
+
+def parse_json(field: str, text: object) -> Any:
+    if not isinstance(text, str):
+        raise InvalidRequest(field, f"must be a JSON string, got {type(text).__name__}")
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:  # JSONDecodeError is a ValueError, so is our NaN refusal
+        raise InvalidRequest(field, f"is not valid JSON ({exc})") from None
+
+
+def fingerprint_of(robot_id: str, command_type: str, payload: dict[str, Any]) -> str:
+    envelope = {"command_type": command_type, "payload": payload, "robot_id": robot_id}
+    return hashlib.sha256(canonical_json(envelope).encode("utf-8")).hexdigest()
+
+
+def command_fingerprint(robot_id: str, command_type: str, payload_json: str) -> str:
+    """SHA-256 hex of the canonical JSON of {robot, command type, parsed payload}."""
+    return fingerprint_of(robot_id, command_type, parse_json_object("payload_json", payload_json))

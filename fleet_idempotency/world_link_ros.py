@@ -1,0 +1,102 @@
+"""A WorldLink over the world simulator's ROS services.
+
+It runs its own small node and executor thread, so that a simulated robot can call the
+world synchronously from any thread (the agent's constructor, its executor thread)
+without depending on how the agent node itself is spun.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from rclpy.client import Client
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+
+from fleet_idempotency.sim.world import Pose, WorldActionFailed, WorldActionName, WorldConfig
+from fleet_idempotency.srv import GetWorldState, WorldAction
+
+
+class WorldUnavailable(RuntimeError):
+    """The world simulator did not answer in time."""
+
+
+class RosWorldLink:
+    def __init__(self, context: Context, robot_id: str, timeout_s: float = 10.0) -> None:
+        self.timeout_s = timeout_s
+        self._node = Node(f"world_link_{robot_id}", context=context, start_parameter_services=False)
+        self._act = self._node.create_client(WorldAction, "/world/act")
+        self._state = self._node.create_client(GetWorldState, "/world/state")
+        self._executor = SingleThreadedExecutor(context=context)
+        self._executor.add_node(self._node)
+        self._thread = threading.Thread(
+            target=self._spin, name=f"world-link-{robot_id}", daemon=True
+        )
+        self._thread.start()
+        self._geometry: WorldConfig | None = None
+
+    def _spin(self) -> None:
+        try:
+            self._executor.spin()
+        except Exception:  # context shut down under us: nothing left to serve
+            return
+
+    def close(self) -> None:
+        self._executor.shutdown(timeout_sec=1.0)
+        self._node.destroy_node()
+
+    def wait_until_ready(self, timeout_s: float) -> None:
+        for client, name in ((self._act, "/world/act"), (self._state, "/world/state")):
+            if not client.wait_for_service(timeout_sec=timeout_s):
+                raise WorldUnavailable(
+                    f"world simulator service {name} not available after {timeout_s:.0f} s "
+                    "(is the world_simulator node running in this ROS domain?)"
+                )
+
+    def _call(self, client: Client, request: Any) -> Any:
+        future = client.call_async(request)
+        done = threading.Event()
+        future.add_done_callback(lambda _future: done.set())
+        if not done.wait(self.timeout_s):
+            client.remove_pending_request(future)
+            raise WorldUnavailable(f"the world did not answer within {self.timeout_s:.0f} s")
+        return future.result()
+
+    # --- WorldLink ------------------------------------------------------------------------
+    def geometry(self) -> WorldConfig:
+        if self._geometry is None:
+            response = self._call(self._state, GetWorldState.Request())
+            self._geometry = WorldConfig.model_validate_json(response.geometry_json)
+        return self._geometry
+
+    def locate(self, robot_id: str) -> Pose | None:
+        response = self._call(self._act, WorldAction.Request(robot_id=robot_id, action="locate"))
+        return Pose(x=response.x, y=response.y, theta=response.theta) if response.known else None
+
+    def set_pose(self, robot_id: str, pose: Pose) -> None:
+        # Not counted and superseded by the next update: no need to wait for the answer.
+        self._act.call_async(
+            WorldAction.Request(
+                robot_id=robot_id, action="pose", x=pose.x, y=pose.y, theta=pose.theta
+            )
+        )
+
+    def act(self, robot_id: str, key: str, action: WorldActionName, target: str, pose: Pose) -> str:
+        request = WorldAction.Request(
+            robot_id=robot_id,
+            idempotency_key=key,
+            action=action,
+            target=target,
+            x=pose.x,
+            y=pose.y,
+            theta=pose.theta,
+        )
+        try:
+            response = self._call(self._act, request)
+        except WorldUnavailable as error:
+            raise WorldActionFailed(f"{error}; whether the {action} happened is unknown") from None
+        if not response.success:
+            raise WorldActionFailed(response.message)
+        return str(response.item)
