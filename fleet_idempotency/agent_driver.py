@@ -35,7 +35,7 @@ from fleet_idempotency.ros_convert import (
 )
 from fleet_idempotency.sim.world import Pose
 from fleet_idempotency.srv import CheckKey
-from fleet_idempotency.store import IdempotencyStore, StoreConfig
+from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 from fleet_idempotency.world_link_ros import RosWorldLink
 
 COMMAND_QOS = QoSProfile(depth=256, reliability=ReliabilityPolicy.RELIABLE)
@@ -57,6 +57,9 @@ class AgentDriver(Node):
         )
         self.store = IdempotencyStore.open(self._store_config(p))
         self._results = self.create_publisher(CommandResult, p["results_topic"], COMMAND_QOS)
+        # Answers found by crash recovery are held until someone listens: published at
+        # start-up they would reach nobody, since discovery takes a moment.
+        self._recovered: list[Answer] | None = []
         self._status = self.create_publisher(RobotStatus, "status", 10)
         self.core = AgentCore(
             backend=backend,
@@ -86,6 +89,10 @@ class AgentDriver(Node):
         self.create_timer(p["status_period_s"], self._publish_status, callback_group=timers)
         self.create_timer(p["gc_period_s"], self._collect_garbage, callback_group=timers)
         self.core.start()
+        self._announce_timer = self.create_timer(
+            0.2, self._announce_recovered, callback_group=timers
+        )
+        self._announce_deadline = self.get_clock().now().nanoseconds + 30 * 10**9
         self.get_logger().info(
             f"{p['robot_type']} {self.robot_id} ready: store {self.store.config.path}, "
             f"capacity {p['capacity']}, recovered {len(self.store.last_recovery.resumed)} "
@@ -157,7 +164,23 @@ class AgentDriver(Node):
         self.core.submit(delivery_from_msg(message))
 
     def _publish_answer(self, answer: Answer) -> None:
+        if (
+            self._recovered is not None
+            and answer.state == State.INTERRUPTED
+            and not answer.replayed
+        ):
+            self._recovered.append(answer)
+            return
         self._results.publish(answer_to_msg(answer, self.get_clock().now().to_msg()))
+
+    def _announce_recovered(self) -> None:
+        listening = self._results.get_subscription_count() > 0
+        if not listening and self.get_clock().now().nanoseconds < self._announce_deadline:
+            return
+        pending, self._recovered = self._recovered or [], None
+        self._announce_timer.cancel()
+        for answer in pending:
+            self._results.publish(answer_to_msg(answer, self.get_clock().now().to_msg()))
 
     def _on_check_key(
         self, request: CheckKey.Request, response: CheckKey.Response

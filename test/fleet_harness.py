@@ -1,0 +1,208 @@
+"""Drive real world-simulator and agent-driver processes from a test, over real DDS."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ros_support import ChildProcesses, wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+FLEET_FILE = REPO / "config" / "fleet.yaml"
+BIN = Path(sys.prefix) / "bin"
+STARTUP_TIMEOUT_S = 45.0
+
+
+class FleetHarness:
+    """A test-side node: publishes commands, collects results and statuses, calls services."""
+
+    def __init__(
+        self, context: Any, env: dict[str, str], children: ChildProcesses, store_dir: Path
+    ) -> None:
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+
+        from fleet_idempotency.msg import CommandResult
+
+        self.env = env
+        self.children = children
+        self.store_dir = store_dir
+        self.node = rclpy.create_node("fleet_test_client", context=context)
+        self.executor = SingleThreadedExecutor(context=context)
+        self.executor.add_node(self.node)
+        self.results: list[Any] = []
+        self.statuses: dict[str, Any] = {}
+        self.node.create_subscription(CommandResult, "/fleet/results", self.results.append, 1000)
+        self._publishers: dict[str, Any] = {}
+        self._check_clients: dict[str, Any] = {}
+        self._world_state_client: Any = None
+        self.agent_args: dict[str, list[str]] = {}
+
+    # --- processes --------------------------------------------------------------------------
+    def start_world(self) -> None:
+        self.children.spawn(
+            "world",
+            [str(BIN / "world_simulator"), "--ros-args", "-p", f"fleet_file:={FLEET_FILE}"],
+            self.env,
+        )
+        from fleet_idempotency.srv import GetWorldState
+
+        self._world_state_client = self.node.create_client(GetWorldState, "/world/state")
+        wait_for(
+            self._world_state_client.service_is_ready,
+            timeout_s=STARTUP_TIMEOUT_S,
+            what="the world simulator",
+            executor=self.executor,
+        )
+
+    def start_agent(self, robot_id: str, robot_type: str, **parameters: Any) -> None:
+        """Start (or restart) an agent process and wait until it serves its status check."""
+        from fleet_idempotency.msg import FleetCommand, RobotStatus
+        from fleet_idempotency.srv import CheckKey
+
+        defaults = {
+            "robot_id": robot_id,
+            "robot_type": robot_type,
+            "store_dir": str(self.store_dir),
+            "time_scale": 0.0,
+            "status_period_s": 0.2,
+        }
+        settings = {**defaults, **parameters}
+        args = [str(BIN / "agent_driver"), "--ros-args", "-r", f"__ns:=/fleet/{robot_id}"]
+        for name, value in settings.items():
+            rendered = str(value).lower() if isinstance(value, bool) else value
+            args += ["-p", f"{name}:={rendered}"]
+        self.agent_args[robot_id] = args
+        self.children.spawn(f"agent_{robot_id}", args, self.env)
+        if robot_id not in self._publishers:
+            self._publishers[robot_id] = self.node.create_publisher(
+                FleetCommand, f"/fleet/{robot_id}/commands", 256
+            )
+            self._check_clients[robot_id] = self.node.create_client(
+                CheckKey, f"/fleet/{robot_id}/check_key"
+            )
+            self.node.create_subscription(
+                RobotStatus,
+                f"/fleet/{robot_id}/status",
+                lambda status, rid=robot_id: self.statuses.__setitem__(rid, status),
+                10,
+            )
+        self.wait_until_serving(robot_id)
+
+    def wait_until_serving(self, robot_id: str) -> None:
+        process = self.children.processes[f"agent_{robot_id}"]
+
+        def ready() -> bool:
+            assert process.poll() is None, (
+                f"agent {robot_id} exited with {process.returncode}:\n"
+                f"{self.children.log(f'agent_{robot_id}')[-3000:]}"
+            )
+            return bool(
+                self._check_clients[robot_id].service_is_ready()
+                and self._publishers[robot_id].get_subscription_count() > 0
+            )
+
+        wait_for(
+            ready,
+            timeout_s=STARTUP_TIMEOUT_S,
+            what=f"agent {robot_id} to serve",
+            executor=self.executor,
+        )
+        # A restarted agent keeps its name: wait for the status of *this* process.
+        self.statuses.pop(robot_id, None)
+        wait_for(
+            lambda: robot_id in self.statuses, what=f"status of {robot_id}", executor=self.executor
+        )
+
+    # --- commands ---------------------------------------------------------------------------
+    def send(
+        self,
+        robot_id: str,
+        key: str,
+        command_type: str,
+        payload: dict[str, Any] | str,
+        *,
+        attempt: int = 1,
+        target_robot: str | None = None,
+    ) -> None:
+        from fleet_idempotency.msg import FleetCommand
+
+        payload_json = payload if isinstance(payload, str) else json.dumps(payload)
+        self._publishers[robot_id].publish(
+            FleetCommand(
+                idempotency_key=key,
+                client_id="test",
+                robot_id=target_robot or robot_id,
+                command_type=command_type,
+                payload_json=payload_json,
+                attempt=attempt,
+            )
+        )
+
+    def result(
+        self,
+        key: str,
+        matches: Callable[[Any], bool] = lambda _r: True,
+        *,
+        timeout_s: float = 30.0,
+        what: str = "",
+    ) -> Any:
+        def found() -> Any:
+            return next((r for r in self.results if r.idempotency_key == key and matches(r)), None)
+
+        return wait_for(
+            found,
+            timeout_s=timeout_s,
+            executor=self.executor,
+            what=what or f"a matching result for {key!r}",
+        )
+
+    def answer_to(self, key: str, attempt: int, **kwargs: Any) -> Any:
+        """The immediate answer to one delivery: the first result echoing its attempt.
+
+        One publisher's messages arrive in order, and the agent answers a delivery before
+        its worker can publish the final result (which echoes the same attempt).
+        """
+        return self.result(key, lambda r: r.attempt == attempt, **kwargs)
+
+    def final(self, key: str, **kwargs: Any) -> Any:
+        from fleet_idempotency.msg import CommandResult
+
+        final_states = (
+            CommandResult.STATE_COMPLETED,
+            CommandResult.STATE_FAILED,
+            CommandResult.STATE_INTERRUPTED,
+        )
+        return self.result(key, lambda r: r.state in final_states and not r.replayed, **kwargs)
+
+    # --- services ---------------------------------------------------------------------------
+    def check_key(self, robot_id: str, key: str) -> Any:
+        from fleet_idempotency.srv import CheckKey
+
+        future = self._check_clients[robot_id].call_async(CheckKey.Request(idempotency_key=key))
+        return wait_for(
+            lambda: future.done() and future.result(),
+            executor=self.executor,
+            what=f"CheckKey {key!r} on {robot_id}",
+        )
+
+    def world_state(self) -> dict[str, Any]:
+        from fleet_idempotency.srv import GetWorldState
+
+        future = self._world_state_client.call_async(GetWorldState.Request())
+        response = wait_for(
+            lambda: future.done() and future.result(),
+            executor=self.executor,
+            what="the world state",
+        )
+        state: dict[str, Any] = json.loads(response.state_json)
+        return state
+
+    def side_effects(self, robot_id: str, key: str) -> int:
+        return len(self.world_state()["side_effects"].get(robot_id, {}).get(key, []))
+
+    def spin_until(self, condition: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
+        return wait_for(condition, timeout_s=timeout_s, executor=self.executor, what=what)
