@@ -201,8 +201,10 @@ setup(
     entry_points={
         "console_scripts": [
             "agent_driver = fleet_idempotency.agent_driver:main",
+            "orchestrator = fleet_idempotency.orchestrator:main",
             "world_simulator = fleet_idempotency.world_simulator:main",
             "fleet-idem-store = fleet_idempotency.store.cli:main",
+            "fleet-idem-events = fleet_idempotency.event_tool:main",
         ],
     },
 )

@@ -25,6 +25,7 @@ from typing import Any
 import lmdb
 
 from fleet_idempotency.store import ClaimRequest, IdempotencyStore, State, StoreConfig
+from fleet_idempotency.store.persistence.codec import decode_record, encode_record
 
 ROBOT = "amr-1"
 PAYLOAD = json.dumps({"slot": "A1", "pallet": "P-0042"})
@@ -76,6 +77,12 @@ def bench_duplicate_check(root: Path) -> None:
 
     raw_us = per_op_us(raw_get, 20000)
     env.close()
+    # The floor of any answer that hands the caller a Record: decoding one stored value.
+    with IdempotencyStore.open(StoreConfig(path=root / "dup", durable=False)) as store:
+        stored = encode_record(store.check(ROBOT, "seen"))  # type: ignore[arg-type]
+    decode_us = per_op_us(lambda: decode_record(b"amr-1\x00seen", stored), 20000)
+    emit("record_decode_only_us", decode_us)
+    emit("raw_get_plus_decode_us", raw_us + decode_us)
     emit("dup_claim_replay_us", claim_us)
     emit("dup_status_check_us", check_us)
     emit("raw_lmdb_get_us", raw_us)
@@ -99,20 +106,22 @@ def raw_fdatasync_us(root: Path, repeat: int = 300) -> float:
         os.close(fd)
 
 
-def bench_single_claim(root: Path) -> None:
+def bench_single_claim(root: Path) -> dict[bool, float]:
     raw = raw_fdatasync_us(root)
     emit("raw_fdatasync_us", raw)
+    raw_commit: dict[bool, float] = {}
     for metasync in (True, False):
         env = lmdb.open(str(root / f"raw-commit-{metasync}"), map_size=1 << 26, metasync=metasync)
         keys = iter(range(10**9))
 
-        def raw_commit(env: Any = env, keys: Any = keys) -> None:
+        def raw_commit_once(env: Any = env, keys: Any = keys) -> None:
             with env.begin(write=True) as txn:
                 txn.put(b"amr-1\x00k%d" % next(keys), b"x" * 300)
 
+        raw_commit[metasync] = per_op_us(raw_commit_once, 60)
         emit(
             f"raw_lmdb_durable_commit_{'metasync' if metasync else 'nometasync'}_us",
-            per_op_us(raw_commit, 60),
+            raw_commit[metasync],
         )
         env.close()
     for metasync in (True, False):
@@ -127,12 +136,18 @@ def bench_single_claim(root: Path) -> None:
             us = per_op_us(claim_next, 60)
         emit(f"durable_claim_{label}_us", us)
         emit(f"durable_claim_{label}_vs_fdatasync_ratio", us / raw)
+        emit(f"durable_claim_{label}_vs_raw_lmdb_commit_ratio", us / raw_commit[metasync])
+    return raw_commit
 
 
 # -- 3. concurrent claims -------------------------------------------------------------------
 
 
-def bench_concurrent(root: Path, threads_n: int = 8, seconds: float = 3.0) -> None:
+def bench_concurrent(
+    root: Path, raw_commit_us: float, threads_n: int = 8, seconds: float = 3.0
+) -> None:
+    # A thread has one claim in flight, so no commit can carry more than threads_n claims.
+    emit(f"concurrent_{threads_n}t_ceiling_claims_per_s", threads_n / raw_commit_us * 1e6)
     with IdempotencyStore.open(StoreConfig(path=root / "concurrent")) as store:
         stop = threading.Event()
         done = [0] * threads_n
@@ -437,8 +452,8 @@ def main() -> None:
         emit("python", sys.version.split()[0])
         emit("lmdb", lmdb.__version__)
         bench_duplicate_check(root)
-        bench_single_claim(root)
-        bench_concurrent(root)
+        raw_commit = bench_single_claim(root)
+        bench_concurrent(root, raw_commit[True])
         bench_peers(root, args.workload, args.skip_peers)
         bench_gc(root, args.scale)
     finally:

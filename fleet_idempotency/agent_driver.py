@@ -12,6 +12,7 @@ Topics (relative to the namespace): ``commands`` (FleetCommand, in), ``status``
 
 from __future__ import annotations
 
+import random
 import signal
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ class AgentDriver(Node):
         super().__init__("agent_driver", **kwargs)
         p = self._declare_parameters()
         self.robot_id: str = p["robot_id"]
+        self._drop_probability = float(p["result_drop_probability"])
+        self._rng = random.Random(p["seed"] or None)
         self._world = RosWorldLink(self.context, self.robot_id, timeout_s=p["world_timeout_s"])
         self._world.wait_until_ready(p["world_timeout_s"])
         backend = SimulatedRobot(
@@ -120,6 +123,10 @@ class AgentDriver(Node):
             "transport_dedup": True,
             "world_timeout_s": 30.0,
             "results_topic": "/fleet/results",
+            # Fault injection for tests and demos: lose this fraction of outgoing results,
+            # as a lossy link would. Seeded for reproducible runs (0: random seed).
+            "result_drop_probability": 0.0,
+            "seed": 0,
         }
         values = {
             name: self.declare_parameter(name, default).value for name, default in defaults.items()

@@ -20,6 +20,7 @@ PICK: Final = "pick"
 PLACE: Final = "place"
 DOCK: Final = "dock"
 COMMAND_TYPES: Final = (MOVE_TO_WAYPOINT, PICK, PLACE, DOCK)
+CommandType = Literal["move_to_waypoint", "pick", "place", "dock"]
 
 RobotType = Literal["amr", "forklift", "arm"]
 ROBOT_CAPABILITIES: Final[dict[str, frozenset[str]]] = {

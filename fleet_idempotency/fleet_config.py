@@ -7,12 +7,12 @@ so that a typo in a fleet file is found before any node starts.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from fleet_idempotency.commands import NAME_PATTERN, RobotType
+from fleet_idempotency.commands import NAME_PATTERN, CommandType, RobotType
 from fleet_idempotency.sim.world import Pose, WorldConfig
 
 
@@ -29,11 +29,61 @@ class RobotSpec(BaseModel):
     capacity: int = Field(default=4, ge=1, le=10_000)
 
 
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SimulationSettings(_Section):
+    # Multiplies every simulated duration: 1.0 is real time, 0.05 twenty times faster,
+    # 0 instant (benchmarks of the pipeline itself).
+    time_scale: float = Field(default=0.05, ge=0)
+
+
+RecoveryPolicy = Literal["resume", "interrupt"]
+
+
+def _default_recovery_policies() -> dict[CommandType, RecoveryPolicy]:
+    return {"move_to_waypoint": "resume"}
+
+
+class RetentionSettings(_Section):
+    """Key retention on the robots (the orchestrator's must cover the client retry window)."""
+
+    retention_s: float = Field(default=86_400.0, gt=0)
+    retention_s_by_type: dict[CommandType, float] = Field(default_factory=dict)
+    tombstone_retention_s: float = Field(default=7 * 86_400.0, ge=0)
+    expired_key_policy: Literal["reject", "new"] = "reject"
+    # Absolute-target moves end in the same place when re-run; pick and place do not.
+    recovery_policy_by_type: dict[CommandType, RecoveryPolicy] = Field(
+        default_factory=_default_recovery_policies
+    )
+
+
+class OrchestratorSection(_Section):
+    queue_capacity_per_robot: int = Field(default=256, ge=1)
+    retry_initial_s: float = Field(default=0.5, gt=0)
+    retry_max_s: float = Field(default=5.0, gt=0)
+    offline_after_s: float = Field(default=3.0, gt=0)
+    retention_s: float = Field(default=86_400.0, gt=0)
+
+
+class FaultSettings(_Section):
+    """Faults injected on purpose by simulations and tests (all off by default)."""
+
+    result_drop_probability: float = Field(default=0.0, ge=0, le=0.9)
+    duplicate_delivery_probability: float = Field(default=0.0, ge=0, le=1)
+    seed: int = 0
+
+
 class FleetConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     world: WorldConfig = Field(default_factory=WorldConfig)
     robots: list[RobotSpec] = Field(default_factory=list)
+    simulation: SimulationSettings = Field(default_factory=SimulationSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    orchestrator: OrchestratorSection = Field(default_factory=OrchestratorSection)
+    faults: FaultSettings = Field(default_factory=FaultSettings)
 
     @model_validator(mode="after")
     def _unique_robot_ids(self) -> FleetConfig:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,8 @@ class FleetHarness:
         self._check_clients: dict[str, Any] = {}
         self._world_state_client: Any = None
         self.agent_args: dict[str, list[str]] = {}
+        self._submit: Any = None
+        self._fleet_check: Any = None
 
     # --- processes --------------------------------------------------------------------------
     def start_world(self) -> None:
@@ -76,6 +79,7 @@ class FleetHarness:
             rendered = str(value).lower() if isinstance(value, bool) else value
             args += ["-p", f"{name}:={rendered}"]
         self.agent_args[robot_id] = args
+        known = self._subscription_gids(f"/fleet/{robot_id}/commands")
         self.children.spawn(f"agent_{robot_id}", args, self.env)
         if robot_id not in self._publishers:
             self._publishers[robot_id] = self.node.create_publisher(
@@ -90,9 +94,16 @@ class FleetHarness:
                 lambda status, rid=robot_id: self.statuses.__setitem__(rid, status),
                 10,
             )
-        self.wait_until_serving(robot_id)
+        self.wait_until_serving(robot_id, known)
 
-    def wait_until_serving(self, robot_id: str) -> None:
+    def _subscription_gids(self, topic: str) -> set[bytes]:
+        return {
+            bytes(info.endpoint_gid) for info in self.node.get_subscriptions_info_by_topic(topic)
+        }
+
+    def wait_until_serving(self, robot_id: str, known_subscriptions: set[bytes]) -> None:
+        """Wait for *this* process's endpoints: a restarted agent's predecessor lingers in
+        the DDS graph until its lease expires, and a command sent to it would be lost."""
         process = self.children.processes[f"agent_{robot_id}"]
 
         def ready() -> bool:
@@ -100,17 +111,16 @@ class FleetHarness:
                 f"agent {robot_id} exited with {process.returncode}:\n"
                 f"{self.children.log(f'agent_{robot_id}')[-3000:]}"
             )
-            return bool(
-                self._check_clients[robot_id].service_is_ready()
-                and self._publishers[robot_id].get_subscription_count() > 0
-            )
+            fresh = self._subscription_gids(f"/fleet/{robot_id}/commands") - known_subscriptions
+            return bool(fresh)
 
         wait_for(
             ready,
             timeout_s=STARTUP_TIMEOUT_S,
-            what=f"agent {robot_id} to serve",
+            what=f"agent {robot_id} to subscribe",
             executor=self.executor,
         )
+        self._wait_for_an_answer(self._check_clients[robot_id], process, f"agent {robot_id}")
         # A restarted agent keeps its name: wait for the status of *this* process.
         self.statuses.pop(robot_id, None)
         wait_for(
@@ -206,3 +216,120 @@ class FleetHarness:
 
     def spin_until(self, condition: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
         return wait_for(condition, timeout_s=timeout_s, executor=self.executor, what=what)
+
+    # --- orchestrator -----------------------------------------------------------------------
+    def start_orchestrator(self, **parameters: Any) -> None:
+        from fleet_idempotency.srv import CheckKey, SubmitCommand
+
+        settings = {
+            "fleet_file": str(FLEET_FILE),
+            "store_dir": str(self.store_dir / "orchestrator"),
+            "retry_initial_s": 0.3,
+            "retry_max_s": 1.0,
+            **parameters,
+        }
+        args = [str(BIN / "orchestrator"), "--ros-args"]
+        for name, value in settings.items():
+            args += ["-p", f"{name}:={value}"]
+        self.children.spawn("orchestrator", args, self.env)
+        if self._submit is None:
+            self._submit = self.node.create_client(SubmitCommand, "/fleet/submit_command")
+            self._fleet_check = self.node.create_client(CheckKey, "/fleet/check_key")
+        process = self.children.processes["orchestrator"]
+        self._wait_for_an_answer(self._fleet_check, process, "the orchestrator")
+        wait_for(self._submit.service_is_ready, executor=self.executor, what="the submit service")
+
+    def _wait_for_an_answer(self, client: Any, process: Any, what: str) -> None:
+        """A killed predecessor still looks "ready" until its DDS lease expires: only an
+        answer to a status check proves the new process serves."""
+        from fleet_idempotency.srv import CheckKey
+
+        probes: list[tuple[Any, float]] = []
+
+        def answered() -> bool:
+            assert process.poll() is None, f"{what} exited with {process.returncode}"
+            if any(future.done() for future, _sent in probes):
+                return True
+            if not probes or time.monotonic() - probes[-1][1] > 1.0:
+                request = CheckKey.Request(client_id="harness", idempotency_key="probe")
+                probes.append((client.call_async(request), time.monotonic()))
+            return False
+
+        wait_for(
+            answered, timeout_s=STARTUP_TIMEOUT_S, what=f"{what} to answer", executor=self.executor
+        )
+
+    def submit_async(
+        self,
+        client_id: str,
+        key: str,
+        robot_id: str,
+        command_type: str,
+        payload: dict[str, Any] | str,
+        wait_timeout_s: float = 0.0,
+    ) -> Any:
+        from fleet_idempotency.srv import SubmitCommand
+
+        payload_json = payload if isinstance(payload, str) else json.dumps(payload)
+        return self._submit.call_async(
+            SubmitCommand.Request(
+                client_id=client_id,
+                idempotency_key=key,
+                robot_id=robot_id,
+                command_type=command_type,
+                payload_json=payload_json,
+                wait_timeout_sec=wait_timeout_s,
+            )
+        )
+
+    def submit(self, *args: Any, wait_timeout_s: float = 0.0, **kwargs: Any) -> Any:
+        """Submit and return the answer (see ``submit_all``)."""
+        return self.submit_all([args], wait_timeout_s=wait_timeout_s, **kwargs)[0]
+
+    def submit_all(
+        self, requests: list[tuple[Any, ...]], wait_timeout_s: float = 0.0, **kwargs: Any
+    ) -> list[Any]:
+        """Submit all at once; re-send the same request when no answer comes, as a real
+        client does: a request or its reply can be lost while discovery completes or
+        while the server restarts, and a re-sent submit is always safe."""
+        patience_s = wait_timeout_s + 5.0
+        sent: list[list[tuple[Any, float]]] = [[] for _ in requests]
+
+        def answers() -> list[Any] | None:
+            results = []
+            for request, attempts in zip(requests, sent, strict=True):
+                done = next((f.result() for f, _at in attempts if f.done()), None)
+                if done is None and (
+                    not attempts or time.monotonic() - attempts[-1][1] > patience_s
+                ):
+                    future = self.submit_async(*request, wait_timeout_s=wait_timeout_s, **kwargs)
+                    attempts.append((future, time.monotonic()))
+                results.append(done)
+            return results if all(r is not None for r in results) else None
+
+        return wait_for(
+            answers,
+            executor=self.executor,
+            timeout_s=patience_s * 3,
+            what=f"answers to {len(requests)} submits",
+        )
+
+    def fleet_check(self, client_id: str, key: str) -> Any:
+        from fleet_idempotency.srv import CheckKey
+
+        future = self._fleet_check.call_async(
+            CheckKey.Request(client_id=client_id, idempotency_key=key)
+        )
+        return wait_for(
+            lambda: future.done() and future.result(),
+            executor=self.executor,
+            what=f"fleet CheckKey {client_id}/{key}",
+        )
+
+    def wait_final(self, client_id: str, key: str, timeout_s: float = 60.0) -> Any:
+        final_states = (3, 4, 5)
+        return self.spin_until(
+            lambda: (c := self.fleet_check(client_id, key)).state in final_states and c,
+            f"{client_id}/{key} to reach a final state",
+            timeout_s=timeout_s,
+        )

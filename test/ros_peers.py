@@ -9,9 +9,10 @@ from __future__ import annotations
 import sys
 
 import rclpy
+from rclpy.executors import ExternalShutdownException
+
 from fleet_idempotency.msg import CommandResult, FleetCommand
 from fleet_idempotency.srv import CheckKey
-from rclpy.executors import ExternalShutdownException
 
 COMMAND_TOPIC = "/fleet/forklift_1/commands"
 CHECK_KEY_SERVICE = "/fleet/forklift_1/check_key"

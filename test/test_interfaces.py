@@ -113,8 +113,9 @@ def test_fleet_command_round_trips_between_processes(
     ros_context: Any, ros_env: dict[str, str], children: ChildProcesses
 ) -> None:
     import rclpy
-    from fleet_idempotency.msg import FleetCommand
     from rclpy.executors import SingleThreadedExecutor
+
+    from fleet_idempotency.msg import FleetCommand
 
     children.spawn_python("publisher", [PEERS, "publish-command"], ros_env)
     node = rclpy.create_node("command_listener", context=ros_context)
@@ -141,9 +142,10 @@ def test_check_key_service_round_trips_between_processes(
     ros_context: Any, ros_env: dict[str, str], children: ChildProcesses
 ) -> None:
     import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
     from fleet_idempotency.msg import CommandResult
     from fleet_idempotency.srv import CheckKey
-    from rclpy.executors import SingleThreadedExecutor
 
     children.spawn_python("server", [PEERS, "serve-check-key"], ros_env)
     node = rclpy.create_node("check_key_client", context=ros_context)

@@ -8,7 +8,6 @@ from pathlib import Path
 import lmdb
 import pytest
 from pydantic import ValidationError
-from store_support import ROBOT, FakeClock, claim_args, make_config, read_line, spawn_child
 
 from fleet_idempotency.store import (
     Claimed,
@@ -19,6 +18,8 @@ from fleet_idempotency.store import (
     StoreCorrupted,
     StoreFull,
 )
+
+from store_support import ROBOT, FakeClock, claim_args, make_config, read_line, spawn_child
 
 KIB = 1024
 MIB = 1024 * KIB

@@ -6,10 +6,10 @@ import io
 import json
 from pathlib import Path
 
-from store_support import ROBOT, claim_args, make_config, read_line, spawn_child
-
 from fleet_idempotency.store import IdempotencyStore, State
 from fleet_idempotency.store.cli import main
+
+from store_support import ROBOT, claim_args, make_config, read_line, spawn_child
 
 
 def run(*argv: str) -> tuple[int, str, str]:

@@ -9,9 +9,9 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from store_support import ROBOT, claim_args, make_config, read_line, spawn_child
-
 from fleet_idempotency.store import Claimed, IdempotencyStore, InProgress, Record, State
+
+from store_support import ROBOT, claim_args, make_config, read_line, spawn_child
 
 
 def _race_one_key(store: IdempotencyStore, key: str, contenders: int) -> Counter[type]:

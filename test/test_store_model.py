@@ -10,7 +10,6 @@ from pathlib import Path
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from store_support import FakeClock, make_config
 
 from fleet_idempotency.store import (
     Claimed,
@@ -26,6 +25,8 @@ from fleet_idempotency.store import (
     UnknownKey,
     command_fingerprint,
 )
+
+from store_support import FakeClock, make_config
 
 RETENTION = 100.0
 TOMBSTONE_RETENTION = 300.0

@@ -8,8 +8,6 @@ import random
 import signal
 from pathlib import Path
 
-from store_support import ROBOT, claim_args, make_config, read_line, spawn_child
-
 from fleet_idempotency.store import (
     INTERRUPTED_STATUS_CODE,
     Claimed,
@@ -21,6 +19,8 @@ from fleet_idempotency.store import (
     current_owner,
     is_alive,
 )
+
+from store_support import ROBOT, claim_args, make_config, read_line, spawn_child
 
 
 def test_owner_identity_detects_dead_and_reused_processes() -> None:

@@ -7,7 +7,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from store_support import ROBOT, FakeClock, claim_args, make_config
 
 from fleet_idempotency.store import (
     Claimed,
@@ -25,6 +24,8 @@ from fleet_idempotency.store import (
     UnknownKey,
     command_fingerprint,
 )
+
+from store_support import ROBOT, FakeClock, claim_args, make_config
 
 OK_BODY = json.dumps({"picked": "A1"})
 

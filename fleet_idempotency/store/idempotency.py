@@ -56,6 +56,13 @@ T = TypeVar("T")
 
 # Status code cached for a command whose owner died mid-execution.
 INTERRUPTED_STATUS_CODE = 500
+_OUTCOME_COUNTER: dict[type, str] = {
+    Claimed: "claims",
+    Replay: "replays",
+    InProgress: "in_progress_hits",
+    Mismatch: "mismatches",
+    Expired: "expired_hits",
+}
 _WAIT_POLL_MIN_S = 0.001
 _WAIT_POLL_MAX_S = 0.05
 
@@ -170,21 +177,23 @@ class IdempotencyStore:
         this returns. Duplicates get Replay/InProgress/Mismatch/Expired and must not run.
         """
         started = time.perf_counter()
-        request = validate_claim(
-            self.config,
-            ClaimRequest(
-                scope, key, robot_id, command_type, payload_json, initial_state, retention_s
-            ),
+        request = ClaimRequest(
+            scope, key, robot_id, command_type, payload_json, initial_state, retention_s
         )
         # Fast path: a key already present is answered from a read snapshot, without
         # queueing behind writers. The snapshot is a valid linearisation point: the record
-        # existed then. Only a key that looks new needs the write transaction.
+        # existed then. Only a key that looks new needs the write transaction. Scope and key
+        # are checked first because the lookup needs them; the rest of the request is
+        # validated before any answer (a bad request is a 400 even for a known key).
+        scope, key = validate_scope(scope), validate_key(key)
         with self._read() as view:
-            outcome = self._existing_outcome(view, request, self._clock())
+            record = view.get_record(scope, key)
+            tombstone = view.get_tombstone(scope, key) if record is None else None
+        valid = validate_claim(self.config, request, stored=record)
+        outcome = self._existing_outcome(record, tombstone, valid, self._clock())
         if outcome is None:
-            outcome = self._write(lambda view: self._claim_in(view, request, check_space=True))
-        self._count_outcome(outcome)
-        self._metrics.record_claim_latency(time.perf_counter() - started)
+            outcome = self._write(lambda view: self._claim_in(view, valid, check_space=True))
+        self._metrics.record_claim(_OUTCOME_COUNTER[type(outcome)], time.perf_counter() - started)
         return outcome
 
     def claim_many(self, requests: Iterable[ClaimRequest]) -> list[ClaimOutcome]:
@@ -209,15 +218,17 @@ class IdempotencyStore:
 
         outcomes = self._write(apply)
         for outcome in outcomes:
-            self._count_outcome(outcome)
+            self._metrics.incr(_OUTCOME_COUNTER[type(outcome)])
         self._metrics.record_claim_latency(time.perf_counter() - started)
         return outcomes
 
     def _existing_outcome(
-        self, view: ReadView, request: ValidClaim, now: float
+        self, record: Record | None, tombstone: Tombstone | None, request: ValidClaim, now: float
     ) -> ClaimOutcome | None:
-        """The answer for a key that already has a record or live tombstone; None if new."""
-        record = view.get_record(request.scope, request.key)
+        """The answer for a key that already has a record or live tombstone; None if new.
+
+        ``tombstone`` is only consulted when there is no record.
+        """
         if record is not None:
             if record.state.is_final and record.expires_at <= now:
                 # Expired but not yet collected: answer exactly as GC's tombstone would, so
@@ -228,7 +239,6 @@ class IdempotencyStore:
             if record.state.is_in_flight:
                 return InProgress(record)
             return Replay(record)
-        tombstone = view.get_tombstone(request.scope, request.key)
         if tombstone is not None:
             return self._expired_answer(tombstone, now)
         return None
@@ -246,16 +256,16 @@ class IdempotencyStore:
 
     def _claim_in(self, view: WriteView, request: ValidClaim, *, check_space: bool) -> ClaimOutcome:
         now = self._clock()
-        existing = self._existing_outcome(view, request, now)
+        stale = view.get_record(request.scope, request.key)
+        stale_tombstone = view.get_tombstone(request.scope, request.key)
+        existing = self._existing_outcome(stale, stale_tombstone, request, now)
         if existing is not None:
             return existing
         if check_space:
             self._require_space(view, request.size_estimate)
         # Whatever is left under this key is expired (policy or tombstone lapse): replace it.
-        stale = view.get_record(request.scope, request.key)
         if stale is not None:
             view.delete_record(stale)
-        stale_tombstone = view.get_tombstone(request.scope, request.key)
         if stale_tombstone is not None:
             view.delete_tombstone(stale_tombstone)
         record = Record(
@@ -286,16 +296,6 @@ class IdempotencyStore:
                 f"claims are limited to {limit} bytes (map_size_max minus headroom); new "
                 "claims are refused until GC frees space, stored records are intact"
             )
-
-    def _count_outcome(self, outcome: ClaimOutcome) -> None:
-        name = {
-            Claimed: "claims",
-            Replay: "replays",
-            InProgress: "in_progress_hits",
-            Mismatch: "mismatches",
-            Expired: "expired_hits",
-        }[type(outcome)]
-        self._metrics.incr(name)
 
     # -- state changes after a claim -----------------------------------------------------
 
@@ -540,7 +540,9 @@ class IdempotencyStore:
                 complete=len(expired) < batch and len(dead_tombstones) < batch,
             )
 
-        report = self._write(apply)
+        # Background: a GC step never shares a transaction with claims, and claims queued
+        # behind it go first, so a claim waits for at most one (small) step.
+        report = self._write(apply, background=True)
         self._metrics.incr("gc_purged", report.records_purged)
         self._metrics.incr("tombstones_written", report.tombstones_written)
         self._metrics.incr("tombstones_purged", report.tombstones_purged)
@@ -563,12 +565,12 @@ class IdempotencyStore:
             raise StoreError("the idempotency store is closed")
         return self._backend.read()
 
-    def _write(self, apply: Callable[[WriteView], T]) -> T:
+    def _write(self, apply: Callable[[WriteView], T], *, background: bool = False) -> T:
         if self._committer is None:
             self._backend.run_write(apply)  # raises ReadOnlyStore with a clear message
         assert self._committer is not None
         try:
-            return self._committer.submit(apply)
+            return self._committer.submit(apply, background=background)
         except StoreFull:
             self._metrics.incr("store_full")
             raise

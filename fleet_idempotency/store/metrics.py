@@ -57,14 +57,24 @@ class Metrics:
             self._counts["committed_writes"] += writes
             self._max_batch = max(self._max_batch, writes)
 
+    def record_claim(self, name: str, seconds: float) -> None:
+        """One claim's outcome counter and latency under a single lock acquisition."""
+        with self._lock:
+            self._counts[name] += 1
+            self._record_latency(seconds)
+
     def record_claim_latency(self, seconds: float) -> None:
         with self._lock:
-            if len(self._latencies) < _RESERVOIR_SIZE:
-                self._latencies.append(seconds)
-            else:
-                self._latencies[self._next_slot] = seconds
-                self._next_slot = (self._next_slot + 1) % _RESERVOIR_SIZE
-            self._latency_max = max(self._latency_max, seconds)
+            self._record_latency(seconds)
+
+    def _record_latency(self, seconds: float) -> None:
+        # Caller holds self._lock.
+        if len(self._latencies) < _RESERVOIR_SIZE:
+            self._latencies.append(seconds)
+        else:
+            self._latencies[self._next_slot] = seconds
+            self._next_slot = (self._next_slot + 1) % _RESERVOIR_SIZE
+        self._latency_max = max(self._latency_max, seconds)
 
     def count(self, name: str) -> int:
         with self._lock:

@@ -16,8 +16,8 @@ import math
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,7 +27,15 @@ from ..errors import ReadOnlyStore, SchemaMismatch, StoreCorrupted, StoreError
 from ..keys import record_id
 from ..records import Record, Tombstone
 from .base import CapacityExhausted, PersistenceBackend, ReadView, StoreCounts, WriteView
-from .codec import SCHEMA_VERSION, decode_record, decode_tombstone, encode_record, encode_tombstone
+from .codec import (
+    SCHEMA_VERSION,
+    decode_record,
+    decode_record_as,
+    decode_tombstone,
+    decode_tombstone_as,
+    encode_record,
+    encode_tombstone,
+)
 from .rwlock import SharedExclusiveLock
 
 T = TypeVar("T")
@@ -54,19 +62,24 @@ def _after_key(after: tuple[str, str] | None) -> bytes:
 
 
 class _LmdbReadView(ReadView):
+    __slots__ = ("_b", "_txn")
+
     def __init__(self, backend: LmdbBackend, txn: Any) -> None:
         self._b = backend
         self._txn = txn
 
+    @property
+    def txn(self) -> Any:
+        return self._txn
+
     def get_record(self, scope: str, key: str) -> Record | None:
-        rid = record_id(scope, key)
-        raw = self._txn.get(rid, db=self._b.db_records)
-        return None if raw is None else decode_record(rid, raw)
+        raw = self._txn.get(record_id(scope, key), db=self._b.db_records)
+        # Scope and key are known here: no need to split them back out of the LMDB key.
+        return None if raw is None else decode_record_as(scope, key, raw)
 
     def get_tombstone(self, scope: str, key: str) -> Tombstone | None:
-        rid = record_id(scope, key)
-        raw = self._txn.get(rid, db=self._b.db_tombstones)
-        return None if raw is None else decode_tombstone(rid, raw)
+        raw = self._txn.get(record_id(scope, key), db=self._b.db_tombstones)
+        return None if raw is None else decode_tombstone_as(scope, key, raw)
 
     def scan_records(self, after: tuple[str, str] | None, limit: int) -> list[Record]:
         return [decode_record(k, v) for k, v in self._scan(self._b.db_records, after, limit)]
@@ -194,6 +207,20 @@ class _LmdbWriteView(_LmdbReadView, WriteView):
 
     def put_meta(self, name: str, value: bytes) -> None:
         self._txn.put(name.encode("ascii"), value, db=self._b.db_meta)
+
+
+class _ReadSnapshot(AbstractContextManager[ReadView]):
+    __slots__ = ("_backend", "_slot", "_view")
+
+    def __init__(self, backend: LmdbBackend) -> None:
+        self._backend = backend
+
+    def __enter__(self) -> ReadView:
+        self._view, self._slot = self._backend.begin_read()
+        return self._view
+
+    def __exit__(self, *exc_info: object) -> None:
+        LmdbBackend.end_read(self._view, self._slot)
 
 
 class LmdbBackend(PersistenceBackend):
@@ -327,22 +354,33 @@ class LmdbBackend(PersistenceBackend):
         self._resizes += 1
         return True
 
-    @contextmanager
-    def read(self) -> Iterator[ReadView]:
+    def read(self) -> AbstractContextManager[ReadView]:
+        # A plain class rather than a generator context manager: this runs on every
+        # duplicate check, where the generator machinery was a measurable share.
+        return _ReadSnapshot(self)
+
+    def begin_read(self) -> tuple[_LmdbReadView, threading.RLock]:
+        """Open a snapshot under the shared lock; ``end_read`` must follow."""
         while True:
-            with self._rw.shared():
-                try:
-                    txn = self._env.begin(buffers=False)
-                except lmdb.MapResizedError:
-                    pass
-                else:
-                    try:
-                        yield _LmdbReadView(self, txn)
-                    finally:
-                        with suppress(lmdb.Error):
-                            txn.abort()
-                    return
-            self._adopt_map_size()
+            slot = self._rw.acquire_shared()
+            try:
+                txn = self._env.begin(buffers=False)
+            except lmdb.MapResizedError:
+                slot.release()
+                self._adopt_map_size()
+                continue
+            except BaseException:
+                slot.release()
+                raise
+            return _LmdbReadView(self, txn), slot
+
+    @staticmethod
+    def end_read(view: _LmdbReadView, slot: threading.RLock) -> None:
+        try:
+            with suppress(lmdb.Error):
+                view.txn.abort()
+        finally:
+            slot.release()
 
     def run_write(self, apply: Callable[[WriteView], T]) -> T:
         if self.readonly:

@@ -1,49 +1,62 @@
-"""A minimal shared/exclusive lock.
+"""A shared/exclusive lock whose shared side costs one uncontended lock per read.
 
 Resizing an LMDB map invalidates every open transaction of the process, so snapshot
-reads hold the lock shared and a resize takes it exclusively.
+reads hold the lock shared and a resize takes it exclusively. Resizes are rare (the map
+doubles) while reads happen on every duplicate check, so the cost is put on the exclusive
+side: each reading thread owns a slot lock that only it and a resizer ever touch, and a
+resize acquires every slot. A reader therefore never contends with other readers (a
+condition-variable reader count made every read take a process-wide lock twice).
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 
 class SharedExclusiveLock:
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._readers = 0
-        self._writer = False
-        self._writers_waiting = 0
+        self._registry = threading.Lock()
+        # Weak: a slot lives as long as its thread's thread-local, so threads that come and
+        # go do not accumulate slots.
+        self._slots: weakref.WeakSet[threading.RLock] = weakref.WeakSet()
+        self._local = threading.local()
+
+    def acquire_shared(self) -> threading.RLock:
+        """Enter a shared section; pass the returned slot to ``release_shared``."""
+        slot: threading.RLock | None = getattr(self._local, "slot", None)
+        if slot is None:
+            # Re-entrant so a thread may nest reads (it never deadlocks on itself).
+            slot = threading.RLock()
+            with self._registry:
+                self._slots.add(slot)
+            self._local.slot = slot
+        slot.acquire()
+        return slot
+
+    @staticmethod
+    def release_shared(slot: threading.RLock) -> None:
+        slot.release()
 
     @contextmanager
     def shared(self) -> Iterator[None]:
-        with self._cond:
-            # Waiting writers go first so that a stream of readers cannot starve a resize.
-            while self._writer or self._writers_waiting:
-                self._cond.wait()
-            self._readers += 1
+        slot = self.acquire_shared()
         try:
             yield
         finally:
-            with self._cond:
-                self._readers -= 1
-                if self._readers == 0:
-                    self._cond.notify_all()
+            slot.release()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._writers_waiting += 1
-            while self._writer or self._readers:
-                self._cond.wait()
-            self._writers_waiting -= 1
-            self._writer = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
+        # Holding the registry lock keeps new threads from registering a slot we missed.
+        with self._registry:
+            slots = list(self._slots)
+            for slot in slots:
+                slot.acquire()
+            try:
+                yield
+            finally:
+                for slot in slots:
+                    slot.release()

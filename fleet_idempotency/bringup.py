@@ -1,0 +1,141 @@
+"""One fleet description -> the list of nodes to start.
+
+``fleet.launch.py`` (for ``ros2 launch``) and ``fleet-idem demo``/``up`` (plain processes,
+where ``ros2 launch`` is not installed) both start exactly what ``launch_plan`` returns, so
+the two ways of bringing up a fleet cannot drift apart. No ROS imports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet_idempotency.fleet_config import FleetConfig, RobotSpec
+
+PACKAGE = "fleet_idempotency"
+ParameterValue = str | int | float | bool
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What ``launch_ros.actions.Node`` needs: executable, name, namespace, parameters."""
+
+    executable: str
+    name: str
+    namespace: str
+    parameters: dict[str, ParameterValue] = field(default_factory=dict)
+    package: str = PACKAGE
+
+    def ros_arguments(self) -> list[str]:
+        """The same node as command-line ROS arguments (for a plain subprocess)."""
+        arguments = ["--ros-args", "-r", f"__node:={self.name}"]
+        if self.namespace:
+            arguments += ["-r", f"__ns:={self.namespace}"]
+        for name, value in self.parameters.items():
+            arguments += ["-p", f"{name}:={_render(value)}"]
+        return arguments
+
+
+def _render(value: ParameterValue) -> str:
+    # ROS parses parameter values as YAML: booleans must be lower-case, and strings that
+    # look like numbers or booleans would change type, so quote those.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", ""):
+        return f"'{value}'"
+    return str(value)
+
+
+def agent_node(
+    fleet: FleetConfig,
+    robot: RobotSpec,
+    *,
+    store_dir: Path,
+    time_scale: float | None = None,
+    robot_index: int = 0,
+) -> NodeSpec:
+    retention = fleet.retention
+    parameters: dict[str, ParameterValue] = {
+        "robot_id": robot.id,
+        "robot_type": robot.type,
+        "start_x": robot.start.x,
+        "start_y": robot.start.y,
+        "start_theta": robot.start.theta,
+        "capacity": robot.capacity,
+        "store_dir": str(store_dir / "robots"),
+        "time_scale": fleet.simulation.time_scale if time_scale is None else time_scale,
+        "retention_s": retention.retention_s,
+        "tombstone_retention_s": retention.tombstone_retention_s,
+        "expired_key_policy": retention.expired_key_policy,
+        "result_drop_probability": fleet.faults.result_drop_probability,
+        # Distinct per robot, reproducible per fleet file; 0 keeps "random".
+        "seed": fleet.faults.seed + robot_index if fleet.faults.seed else 0,
+    }
+    for command_type, seconds in retention.retention_s_by_type.items():
+        parameters[f"retention_s_by_type.{command_type}"] = seconds
+    for command_type, policy in retention.recovery_policy_by_type.items():
+        parameters[f"recovery_policy_by_type.{command_type}"] = policy
+    return NodeSpec("agent_driver", "agent_driver", f"/fleet/{robot.id}", parameters)
+
+
+def launch_plan(
+    fleet: FleetConfig,
+    *,
+    fleet_file: Path,
+    store_dir: Path,
+    time_scale: float | None = None,
+    robots: list[str] | None = None,
+    with_orchestrator: bool = True,
+    with_world: bool = True,
+) -> list[NodeSpec]:
+    """Every node of the fleet: world simulator, orchestrator, one agent per robot."""
+    chosen = [r for r in fleet.robots if robots is None or r.id in robots]
+    unknown = sorted(set(robots or []) - {r.id for r in fleet.robots})
+    if unknown:
+        raise ValueError(f"robots not in the fleet file: {unknown}")
+    plan: list[NodeSpec] = []
+    if with_world:
+        plan.append(
+            NodeSpec("world_simulator", "world_simulator", "", {"fleet_file": str(fleet_file)})
+        )
+    if with_orchestrator:
+        orchestrator = fleet.orchestrator
+        plan.append(
+            NodeSpec(
+                "orchestrator",
+                "orchestrator",
+                "",
+                {
+                    "fleet_file": str(fleet_file),
+                    "store_dir": str(store_dir / "orchestrator"),
+                    "queue_capacity_per_robot": orchestrator.queue_capacity_per_robot,
+                    "retry_initial_s": orchestrator.retry_initial_s,
+                    "retry_max_s": orchestrator.retry_max_s,
+                    "offline_after_s": orchestrator.offline_after_s,
+                    "retention_s": orchestrator.retention_s,
+                    "duplicate_delivery_probability": fleet.faults.duplicate_delivery_probability,
+                    "seed": fleet.faults.seed,
+                },
+            )
+        )
+    for index, robot in enumerate(chosen):
+        plan.append(
+            agent_node(fleet, robot, store_dir=store_dir, time_scale=time_scale, robot_index=index)
+        )
+    return plan
+
+
+def parameters_as_launch(spec: NodeSpec) -> list[dict[str, Any]]:
+    """Parameters in the shape ``launch_ros.actions.Node(parameters=...)`` takes."""
+    return [dict(spec.parameters)]
+
+
+def time_scale_for_speed(speed: str | float | None) -> float | None:
+    """A launch argument ``speed`` (speed-up factor) as a time scale; '' or None: no override."""
+    if speed is None or (isinstance(speed, str) and not speed.strip()):
+        return None
+    factor = float(speed)
+    if factor <= 0:
+        raise ValueError(f"speed must be > 0 (a speed-up factor), got {speed!r}")
+    return 1.0 / factor

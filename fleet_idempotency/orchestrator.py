@@ -1,0 +1,289 @@
+"""Orchestrator node: the fleet's Unified Control API.
+
+Services: ``/fleet/submit_command`` (SubmitCommand), ``/fleet/check_key`` (CheckKey).
+Topics: ``/fleet/events`` (FleetEvent, out), ``/fleet/results`` (CommandResult, in),
+``/fleet/<robot_id>/commands`` (FleetCommand, out), ``/fleet/<robot_id>/status``
+(RobotStatus, in). All logic lives in OrchestratorCore; this is the ROS shell.
+
+    ros2 run fleet_idempotency orchestrator --ros-args -p fleet_file:=fleet.yaml
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+from fleet_idempotency.event_log import EventLogConfig, FleetEventRecord, LmdbEventLog
+from fleet_idempotency.fleet_config import load_fleet
+from fleet_idempotency.msg import CommandResult, FleetCommand, FleetEvent, RobotStatus
+from fleet_idempotency.orchestrator_core import (
+    OrchestratorCore,
+    OrchestratorSettings,
+    SubmitAnswer,
+    SubmitRequest,
+)
+from fleet_idempotency.protocol import CONFLICT, Answer, KeyStatus
+from fleet_idempotency.resources import default_fleet_file
+from fleet_idempotency.ros_convert import (
+    delivery_to_msg,
+    epoch_to_time,
+    fill_check_key_response,
+)
+from fleet_idempotency.srv import CheckKey, SubmitCommand
+from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
+
+RELIABLE = QoSProfile(depth=1024, reliability=ReliabilityPolicy.RELIABLE)
+ROBOT_CHECK_TIMEOUT_S = 2.0
+
+
+class Orchestrator(Node):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("orchestrator", **kwargs)
+        p = self._declare_parameters()
+        fleet = load_fleet(Path(p["fleet_file"] or default_fleet_file()))
+        root = Path(p["store_dir"]).expanduser()
+        # The robot dedups every re-send, so the orchestrator resumes all of its in-flight
+        # commands after a crash: none is interrupted, none is lost.
+        self.store = IdempotencyStore.open(
+            StoreConfig(
+                path=root / "keys",
+                default_retention_s=p["retention_s"],
+                tombstone_retention_s=p["tombstone_retention_s"],
+                default_recovery_policy="resume",
+                recovery_policy_by_type={},
+                durable=p["durable"],
+            )
+        )
+        self.events = LmdbEventLog(EventLogConfig(path=root / "events", durable=p["durable"]))
+        self._events_pub = self.create_publisher(FleetEvent, "/fleet/events", RELIABLE)
+        self._rng = random.Random(p["seed"] or None)
+        self._duplicate_probability = float(p["duplicate_delivery_probability"])
+        self.core = OrchestratorCore(
+            fleet=fleet,
+            store=self.store,
+            events=self.events,
+            settings=OrchestratorSettings(
+                queue_capacity_per_robot=p["queue_capacity_per_robot"],
+                retry_initial_s=p["retry_initial_s"],
+                retry_max_s=p["retry_max_s"],
+                retry_jitter=p["retry_jitter"],
+                offline_after_s=p["offline_after_s"],
+                busy_pause_s=p["busy_pause_s"],
+            ),
+            on_event=self._publish_event,
+            rng=self._rng,
+        )
+        self.core.restore()
+
+        api = ReentrantCallbackGroup()  # submits may wait for results: many at once
+        self.create_service(
+            SubmitCommand, "/fleet/submit_command", self._on_submit, callback_group=api
+        )
+        self.create_service(CheckKey, "/fleet/check_key", self._on_check_key, callback_group=api)
+        self._robot_checks = {
+            spec.id: self.create_client(
+                CheckKey, f"/fleet/{spec.id}/check_key", callback_group=ReentrantCallbackGroup()
+            )
+            for spec in fleet.robots
+        }
+        self._commands = {
+            spec.id: self.create_publisher(FleetCommand, f"/fleet/{spec.id}/commands", RELIABLE)
+            for spec in fleet.robots
+        }
+        inbound = MutuallyExclusiveCallbackGroup()
+        self.create_subscription(
+            CommandResult, "/fleet/results", self._on_result, RELIABLE, callback_group=inbound
+        )
+        for spec in fleet.robots:
+            self.create_subscription(
+                RobotStatus, f"/fleet/{spec.id}/status", self._on_status, 10, callback_group=inbound
+            )
+        timers = MutuallyExclusiveCallbackGroup()
+        self.create_timer(p["tick_period_s"], self._tick, callback_group=timers)
+        self.create_timer(p["gc_period_s"], self._collect_garbage, callback_group=timers)
+        self.get_logger().info(
+            f"orchestrating {len(fleet.robots)} robots; store {root}; "
+            f"restored {self.core.counters['restored']} in-flight commands"
+        )
+
+    def _declare_parameters(self) -> dict[str, Any]:
+        defaults: dict[str, Any] = {
+            "fleet_file": "",
+            "store_dir": str(Path.home() / ".ros" / "fleet_idempotency" / "orchestrator"),
+            "retention_s": 86_400.0,
+            "tombstone_retention_s": 7 * 86_400.0,
+            "durable": True,
+            "queue_capacity_per_robot": 256,
+            "retry_initial_s": 0.5,
+            "retry_max_s": 5.0,
+            "retry_jitter": 0.2,
+            "offline_after_s": 3.0,
+            "busy_pause_s": 0.5,
+            "tick_period_s": 0.01,
+            "gc_period_s": 60.0,
+            # Fault injection for tests and demos: deliver a fraction of commands twice.
+            "duplicate_delivery_probability": 0.0,
+            "seed": 0,
+        }
+        return {
+            name: self.declare_parameter(name, default).value for name, default in defaults.items()
+        }
+
+    # --- API --------------------------------------------------------------------------------
+    def _on_submit(
+        self, request: SubmitCommand.Request, response: SubmitCommand.Response
+    ) -> SubmitCommand.Response:
+        answer = self.core.submit(
+            SubmitRequest(
+                client_id=request.client_id,
+                key=request.idempotency_key,
+                robot_id=request.robot_id,
+                command_type=request.command_type,
+                payload_json=request.payload_json,
+            )
+        )
+        if request.wait_timeout_sec > 0 and answer.status_code in (202, CONFLICT):
+            final = self.core.final_answer(
+                request.client_id, request.idempotency_key, request.wait_timeout_sec
+            )
+            if final is not None:
+                answer = SubmitAnswer(
+                    final.state,
+                    final.status_code,
+                    replayed=answer.status_code == CONFLICT,
+                    result_json=final.result_json,
+                    message=final.message,
+                )
+        response.state = int(answer.state)
+        response.status_code = answer.status_code
+        response.replayed = answer.replayed
+        response.result_json = answer.result_json
+        response.message = answer.message
+        return response
+
+    def _on_check_key(
+        self, request: CheckKey.Request, response: CheckKey.Response
+    ) -> CheckKey.Response:
+        status, robot_query = self.core.check_key(request.client_id, request.idempotency_key)
+        if robot_query is not None:
+            status = self._ask_robot(status, *robot_query)
+        return fill_check_key_response(status, response)
+
+    def _ask_robot(self, ours: KeyStatus, robot_id: str, robot_key: str) -> KeyStatus:
+        """Not final here: what does the robot itself say? (The reconciliation path.)"""
+        client = self._robot_checks[robot_id]
+        future = client.call_async(CheckKey.Request(idempotency_key=robot_key))
+        done = threading.Event()
+        future.add_done_callback(lambda _future: done.set())
+        if not done.wait(ROBOT_CHECK_TIMEOUT_S):
+            client.remove_pending_request(future)
+            return _with_message(
+                ours, f"{ours.message}; robot {robot_id} did not answer its status check (offline?)"
+            )
+        theirs = future.result()
+        if not theirs.found:
+            return _with_message(
+                ours,
+                f"{ours.message}; robot {robot_id} has not recorded it yet (queued or in transit)",
+            )
+        return KeyStatus(
+            found=True,
+            state=State(theirs.state),
+            status_code=theirs.status_code,
+            robot_id=robot_id,
+            command_type=ours.command_type,
+            payload_sha256=ours.payload_sha256,
+            result_json=theirs.result_json,
+            message=f"robot {robot_id} reports {State(theirs.state).name}"
+            + (f": {theirs.message}" if theirs.message else ""),
+            created_at=ours.created_at,
+            expires_at=ours.expires_at,
+        )
+
+    # --- traffic ----------------------------------------------------------------------------
+    def _tick(self) -> None:
+        stamp = self.get_clock().now().to_msg()
+        for delivery in self.core.tick():
+            message = delivery_to_msg(delivery, stamp)
+            publisher = self._commands[delivery.robot_id]
+            publisher.publish(message)
+            if self._duplicate_probability and self._rng.random() < self._duplicate_probability:
+                publisher.publish(message)
+                self.core.counters["injected_duplicate_deliveries"] += 1
+
+    def _on_result(self, message: CommandResult) -> None:
+        self.core.on_result(
+            Answer(
+                key=message.idempotency_key,
+                client_id=message.client_id,
+                robot_id=message.robot_id,
+                command_type=message.command_type,
+                state=State(message.state),
+                status_code=message.status_code,
+                replayed=message.replayed,
+                result_json=message.result_json,
+                message=message.message,
+                payload_sha256=message.payload_sha256,
+                attempt=message.attempt,
+            )
+        )
+
+    def _on_status(self, message: RobotStatus) -> None:
+        self.core.on_status(message.robot_id, message.queue_depth, message.capacity)
+
+    def _publish_event(self, event: FleetEventRecord) -> None:
+        self._events_pub.publish(
+            FleetEvent(
+                sequence=event.sequence,
+                event_type=str(event.event_type),
+                idempotency_key=event.key,
+                client_id=event.client_id,
+                robot_id=event.robot_id,
+                detail_json=json.dumps(event.detail, sort_keys=True),
+                stamp=epoch_to_time(event.stamp),
+            )
+        )
+
+    def _collect_garbage(self) -> None:
+        self.store.gc(max_batches=4)
+
+    def shutdown(self) -> None:
+        self.store.close()
+        self.events.close()
+
+
+def _with_message(status: KeyStatus, message: str) -> KeyStatus:
+    return replace(status, message=message)
+
+
+def main(args: list[str] | None = None) -> None:
+    rclpy.init(args=args)
+    node: Orchestrator | None = None
+    try:
+        node = Orchestrator()
+        executor = MultiThreadedExecutor(num_threads=8)
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if node is not None:
+            node.shutdown()
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,631 @@
+"""The orchestrator's logic, free of ROS: accept, queue, dispatch, retry, reconcile.
+
+Every client submit is claimed in the orchestrator's own store, scoped per client, before
+it is queued, so a retried submit is answered from the store and never queued twice.
+Each queued command is dispatched to its robot under a robot-side key derived from
+(client, key) and re-sent with the same key (attempt + 1, backoff with jitter) until the
+robot's final result arrives; the robot's own store makes every re-send harmless.
+Dispatch respects each robot's advertised capacity (no dispatch to a full robot, no
+retries to an offline one). Every state change is appended to the event log.
+
+Threads: the node calls ``submit``/``check_key`` from service threads and ``on_result``/
+``on_status``/``tick`` from others; one lock guards the in-memory queues, and store
+writes (fsyncs) happen outside it so that concurrent submits share commits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import random
+import re
+import threading
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fleet_idempotency.commands import InvalidCommand, check_capability, parse_payload
+from fleet_idempotency.event_log import EventLog, EventType, FleetEventRecord, replay
+from fleet_idempotency.fleet_config import FleetConfig
+from fleet_idempotency.protocol import (
+    ACCEPTED,
+    BAD_REQUEST,
+    BUSY,
+    CONFLICT,
+    GONE,
+    MISMATCH,
+    STORE_FULL,
+    Answer,
+    Delivery,
+    KeyStatus,
+    key_status,
+)
+from fleet_idempotency.store import (
+    Claimed,
+    Expired,
+    IdempotencyStore,
+    InProgress,
+    InvalidRequest,
+    Mismatch,
+    NotClaimed,
+    Record,
+    Replay,
+    State,
+    StoreError,
+    StoreFull,
+    UnknownKey,
+    validate_key,
+)
+from fleet_idempotency.store.keys import MAX_TOKEN_LENGTH
+
+CLIENT_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+_FINAL = (State.COMPLETED, State.FAILED, State.INTERRUPTED)
+
+
+class OrchestratorSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    queue_capacity_per_robot: int = Field(default=256, ge=1)
+    retry_initial_s: float = Field(default=0.5, gt=0)
+    retry_max_s: float = Field(default=5.0, gt=0)
+    retry_jitter: float = Field(default=0.2, ge=0, le=1)
+    # A robot whose status has not been heard for this long is offline: no dispatch and
+    # no retries to it until it is heard again.
+    offline_after_s: float = Field(default=3.0, gt=0)
+    # After a 429 from a robot, wait at least this long before dispatching to it again,
+    # even if a status claims room (statuses and results may cross on the wire).
+    busy_pause_s: float = Field(default=0.5, ge=0)
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    client_id: str
+    key: str
+    robot_id: str
+    command_type: str
+    payload_json: str
+
+
+@dataclass(frozen=True)
+class SubmitAnswer:
+    state: State
+    status_code: int
+    replayed: bool = False
+    result_json: str = ""
+    message: str = ""
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in _FINAL
+
+
+@dataclass
+class _Command:
+    """One accepted command between its acceptance and its final result."""
+
+    client_id: str
+    key: str
+    robot_id: str
+    command_type: str
+    payload_json: str
+    fingerprint: str
+    robot_key: str
+    # Distinguishes successive claims of one key (a key released after a robot's refusal
+    # may be claimed again): part of every event identity, so the log keeps both lives.
+    claim_id: str
+    attempt: int = 0
+    dispatched: bool = False
+    acknowledged: bool = False
+    next_send_at: float = 0.0
+    backoff_s: float = 0.0
+
+
+@dataclass
+class _Robot:
+    robot_id: str
+    robot_type: str
+    capacity: int
+    queue: deque[_Command] = field(default_factory=deque)
+    in_flight: dict[str, _Command] = field(default_factory=dict)  # by robot-side key
+    last_heard: float | None = None
+    online: bool = False
+    paused_until: float = 0.0
+
+
+def robot_key(client_id: str, key: str) -> str:
+    """The key a robot sees: unique per (client, key), since a robot's scope is itself.
+
+    Readable when it fits the 128-character key limit; otherwise the client key is
+    replaced by its SHA-256, which keeps the mapping deterministic across restarts.
+    """
+    readable = f"{client_id}:{key}"
+    if len(readable) <= MAX_TOKEN_LENGTH:
+        return readable
+    return f"{client_id}:#{hashlib.sha256(key.encode()).hexdigest()}"
+
+
+class OrchestratorCore:
+    def __init__(
+        self,
+        *,
+        fleet: FleetConfig,
+        store: IdempotencyStore,
+        events: EventLog,
+        settings: OrchestratorSettings | None = None,
+        on_event: Callable[[FleetEventRecord], None] = lambda _event: None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings or OrchestratorSettings()
+        self.store = store
+        self.events = events
+        self._on_event = on_event
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._rng = rng or random.Random()
+        self._lock = threading.RLock()
+        self._robots = {spec.id: _Robot(spec.id, spec.type, spec.capacity) for spec in fleet.robots}
+        self._by_client_key: dict[tuple[str, str], _Command] = {}
+        self._rejections: dict[tuple[str, str], tuple[int, str]] = {}
+        self._duplicates: Counter[tuple[str, str]] = Counter()
+        self.counters: Counter[str] = Counter()
+
+    # --- start-up -------------------------------------------------------------------------
+    def restore(self) -> None:
+        """Rebuild queues and in-flight commands from the event log and the store.
+
+        The store is the truth about keys (claims are durable before any event is
+        appended); the log adds what the store does not know: which commands were already
+        dispatched and with which attempt. Gaps left by a crash between the two writes
+        are filled with the missing events, so the log's replay again equals the store.
+        """
+        state = replay(self.events.read())
+        in_flight = [r for r in self.store.iter_records() if r.state.is_in_flight]
+        in_flight.sort(key=lambda record: record.created_at)
+        with self._lock:
+            for record in in_flight:
+                if record.robot_id not in self._robots:
+                    continue
+                view = state.keys.get((record.scope, record.key))
+                command = self._command_from_record(record)
+                if view is None or view.state not in (State.ACCEPTED, State.IN_PROGRESS):
+                    self._append(EventType.ACCEPTED, command, self._accepted_detail(command))
+                else:
+                    command.attempt = view.attempts
+                self._by_client_key[(command.client_id, command.key)] = command
+                robot = self._robots[command.robot_id]
+                if command.attempt > 0:
+                    # Sent before the crash: keep it in flight and re-send at once (same
+                    # key, next attempt); the robot answers from its store if it has it.
+                    command.dispatched = True
+                    robot.in_flight[command.robot_key] = command
+                else:
+                    robot.queue.append(command)
+                self.counters["restored"] += 1
+            for record in self.store.iter_records():
+                view = state.keys.get((record.scope, record.key))
+                if record.state.is_final and (view is None or view.state != record.state):
+                    command = self._command_from_record(record)
+                    self._append(EventType.RESULT, command, _result_detail(record))
+
+    def _command_from_record(self, record: Record) -> _Command:
+        return _Command(
+            client_id=record.scope,
+            key=record.key,
+            robot_id=record.robot_id,
+            command_type=record.command_type,
+            payload_json=record.payload_json,
+            fingerprint=record.fingerprint,
+            robot_key=robot_key(record.scope, record.key),
+            claim_id=f"{record.created_at:.6f}",
+        )
+
+    # --- submits --------------------------------------------------------------------------
+    def submit(self, request: SubmitRequest) -> SubmitAnswer:
+        """Answer a client's submit at once (the node adds the optional wait)."""
+        try:
+            self._validate(request)
+        except (InvalidCommand, InvalidRequest) as invalid:
+            self.counters["invalid"] += 1
+            return SubmitAnswer(State.REJECTED, BAD_REQUEST, message=str(invalid))
+        client_key = (request.client_id, request.key)
+        robot = self._robots[request.robot_id]
+        if self._queue_full(robot) and not isinstance(
+            self.store.check(request.client_id, request.key), Record
+        ):
+            self.counters["queue_full"] += 1
+            return SubmitAnswer(
+                State.REJECTED,
+                BUSY,
+                message=f"the orchestrator queue for {robot.robot_id} is full "
+                f"({self.settings.queue_capacity_per_robot}); retry later",
+            )
+        try:
+            outcome = self.store.claim(
+                scope=request.client_id,
+                key=request.key,
+                robot_id=request.robot_id,
+                command_type=request.command_type,
+                payload_json=request.payload_json,
+                initial_state=State.ACCEPTED,
+            )
+        except InvalidRequest as invalid:
+            return SubmitAnswer(State.REJECTED, BAD_REQUEST, message=str(invalid))
+        except StoreFull as full:
+            return SubmitAnswer(State.REJECTED, STORE_FULL, message=str(full))
+
+        if isinstance(outcome, Claimed):
+            record = outcome.record
+            command = self._command_from_record(record)
+            with self._lock:
+                self._rejections.pop(client_key, None)
+                self._by_client_key[client_key] = command
+                robot.queue.append(command)
+            self._append(EventType.ACCEPTED, command, self._accepted_detail(command))
+            self.counters["accepted"] += 1
+            return SubmitAnswer(State.ACCEPTED, ACCEPTED, message="accepted and queued")
+        if isinstance(outcome, Replay):
+            self._note_duplicate(request, "replayed the cached final result")
+            record = outcome.record
+            return SubmitAnswer(
+                record.state,
+                record.status_code,
+                replayed=True,
+                result_json=record.result_json,
+                message=outcome.message if record.status_code >= 400 else "",
+            )
+        if isinstance(outcome, InProgress):
+            self._note_duplicate(request, "still in progress")
+            with self._lock:
+                pending = self._by_client_key.get(client_key)
+                dispatched = pending is not None and pending.dispatched
+            return SubmitAnswer(
+                State.IN_PROGRESS if dispatched else State.ACCEPTED,
+                CONFLICT,
+                message=outcome.message,
+            )
+        if isinstance(outcome, Mismatch):
+            self.counters["mismatch_rejected"] += 1
+            self._append_for(
+                EventType.MISMATCH_REJECTED,
+                request,
+                {"stored": outcome.record.fingerprint, "received": outcome.received_fingerprint},
+                discriminator=outcome.received_fingerprint,
+            )
+            return SubmitAnswer(State.REJECTED, MISMATCH, message=outcome.message)
+        assert isinstance(outcome, Expired)
+        self.counters["expired_hits"] += 1
+        self._append_for(EventType.EXPIRED, request, {"expired_at": outcome.tombstone.expired_at})
+        return SubmitAnswer(State.EXPIRED, GONE, message=outcome.message)
+
+    def _validate(self, request: SubmitRequest) -> None:
+        if not re.fullmatch(CLIENT_ID_PATTERN, request.client_id):
+            raise InvalidCommand("client_id", "must be 1..64 characters of A-Z a-z 0-9 _ . -")
+        validate_key(request.key)
+        robot = self._robots.get(request.robot_id)
+        if robot is None:
+            known = ", ".join(sorted(self._robots)) or "none"
+            raise InvalidCommand("robot_id", f"unknown robot {request.robot_id!r} (fleet: {known})")
+        size, limit = len(request.payload_json.encode()), self.store.config.max_payload_bytes
+        if size > limit:
+            raise InvalidCommand("payload_json", f"{size} bytes exceeds the {limit}-byte limit")
+        parse_payload(request.command_type, request.payload_json)
+        check_capability(robot.robot_type, request.command_type)
+
+    def _queue_full(self, robot: _Robot) -> bool:
+        with self._lock:
+            waiting = len(robot.queue) + len(robot.in_flight)
+        return waiting >= self.settings.queue_capacity_per_robot
+
+    def _note_duplicate(self, request: SubmitRequest, why: str) -> None:
+        self.counters["duplicates_suppressed"] += 1
+        with self._lock:
+            self._duplicates[(request.client_id, request.key)] += 1
+            count = self._duplicates[(request.client_id, request.key)]
+        # Each duplicate submit is its own fact: a unique discriminator, never deduplicated.
+        self._append_for(
+            EventType.DUPLICATE_SUPPRESSED,
+            request,
+            {"why": why, "count": count},
+            discriminator=uuid.uuid4().hex,
+        )
+
+    def final_answer(self, client_id: str, key: str, timeout_s: float) -> SubmitAnswer | None:
+        """Wait up to ``timeout_s`` for a final result (or a robot's refusal)."""
+        record = self.store.wait_for_final(client_id, key, timeout_s)
+        if record is not None and record.state.is_final:
+            return SubmitAnswer(record.state, record.status_code, result_json=record.result_json)
+        with self._lock:
+            rejection = self._rejections.get((client_id, key))
+        if record is None and rejection is not None:
+            return SubmitAnswer(State.REJECTED, rejection[0], message=rejection[1])
+        return None
+
+    # --- dispatch -------------------------------------------------------------------------
+    def tick(self) -> list[Delivery]:
+        """Deliveries due now: first dispatches and retries, within each robot's capacity."""
+        now = self._clock()
+        due: list[tuple[_Command, bool]] = []
+        with self._lock:
+            for robot in self._robots.values():
+                self._update_online(robot, now)
+                if not robot.online:
+                    continue
+                for command in robot.in_flight.values():
+                    if command.next_send_at <= now:
+                        due.append((command, True))
+                        self._schedule(command, now)
+                while (
+                    robot.queue
+                    and len(robot.in_flight) < robot.capacity
+                    and robot.paused_until <= now
+                ):
+                    command = robot.queue.popleft()
+                    command.dispatched = True
+                    robot.in_flight[command.robot_key] = command
+                    due.append((command, False))
+                    self._schedule(command, now)
+        deliveries, events = [], []
+        for command, is_retry in due:
+            command.attempt += 1
+            kind = EventType.RETRIED if is_retry else EventType.DISPATCHED
+            self.counters["retries" if is_retry else "dispatched"] += 1
+            events.append(
+                self._event(
+                    kind, command, {"attempt": command.attempt}, discriminator=str(command.attempt)
+                )
+            )
+            deliveries.append(
+                Delivery(
+                    key=command.robot_key,
+                    client_id=command.client_id,
+                    robot_id=command.robot_id,
+                    command_type=command.command_type,
+                    payload_json=command.payload_json,
+                    payload_sha256=command.fingerprint,
+                    attempt=command.attempt,
+                )
+            )
+        self._emit_many(events)  # one durable commit for the whole tick
+        return deliveries
+
+    def _schedule(self, command: _Command, now: float) -> None:
+        base = (
+            self.settings.retry_initial_s
+            if command.backoff_s == 0
+            else min(command.backoff_s * 2, self.settings.retry_max_s)
+        )
+        command.backoff_s = base
+        jitter = 1 + self.settings.retry_jitter * (2 * self._rng.random() - 1)
+        command.next_send_at = now + base * jitter
+
+    def _update_online(self, robot: _Robot, now: float) -> None:
+        heard_recently = (
+            robot.last_heard is not None and now - robot.last_heard <= self.settings.offline_after_s
+        )
+        if heard_recently == robot.online:
+            return
+        robot.online = heard_recently
+        event = EventType.ROBOT_ONLINE if heard_recently else EventType.ROBOT_OFFLINE
+        self.counters[event.value] += 1
+        if heard_recently:
+            # Back: re-send what was in flight at once rather than after a long backoff.
+            for command in robot.in_flight.values():
+                command.next_send_at = now
+                command.backoff_s = 0.0
+        self._emit(
+            FleetEventRecord(
+                event_type=event,
+                client_id="",
+                key="",
+                robot_id=robot.robot_id,
+                detail={"in_flight": len(robot.in_flight), "queued": len(robot.queue)},
+                stamp=self._wall_clock(),
+                discriminator=uuid.uuid4().hex,
+            )
+        )
+
+    def on_status(self, robot_id: str, queue_depth: int, capacity: int) -> None:
+        with self._lock:
+            robot = self._robots.get(robot_id)
+            if robot is None:
+                self.counters["status_unknown_robot"] += 1
+                return
+            robot.last_heard = self._clock()
+            if capacity > 0:
+                robot.capacity = capacity
+            if queue_depth < capacity and robot.paused_until > robot.last_heard:
+                robot.paused_until = min(
+                    robot.paused_until, robot.last_heard + self.settings.busy_pause_s
+                )
+
+    # --- results --------------------------------------------------------------------------
+    def on_result(self, answer: Answer) -> None:
+        with self._lock:
+            robot = self._robots.get(answer.robot_id)
+            command = robot.in_flight.get(answer.key) if robot is not None else None
+            if robot is not None:
+                robot.last_heard = self._clock()
+            if command is None or robot is None:
+                self.counters["results_ignored"] += 1
+                return
+            if answer.state in _FINAL:
+                del robot.in_flight[answer.key]
+            elif answer.status_code in (BUSY, STORE_FULL):
+                del robot.in_flight[answer.key]
+                command.dispatched = False
+                command.backoff_s = 0.0
+                robot.queue.appendleft(command)
+                robot.paused_until = self._clock() + self.settings.busy_pause_s
+            elif answer.state == State.REJECTED or answer.status_code == GONE:
+                del robot.in_flight[answer.key]
+            elif answer.status_code in (ACCEPTED, CONFLICT):
+                command.acknowledged = True
+                return
+            else:
+                self.counters["results_unexpected"] += 1
+                return
+        self._settle(command, answer)
+
+    def _settle(self, command: _Command, answer: Answer) -> None:
+        client_key = (command.client_id, command.key)
+        if answer.state in _FINAL:
+            try:
+                record = self.store.finish(
+                    command.client_id,
+                    command.key,
+                    state=answer.state,
+                    status_code=answer.status_code,
+                    result_json=answer.result_json,
+                )
+            except StoreError as error:
+                self.counters["finish_errors"] += 1
+                self._append(EventType.RESULT, command, {"error": str(error)})
+                return
+            kind = EventType.INTERRUPTED if answer.state == State.INTERRUPTED else EventType.RESULT
+            self._append(kind, command, _result_detail(record))
+            self.counters[f"final_{answer.state.name.lower()}"] += 1
+            with self._lock:
+                self._by_client_key.pop(client_key, None)
+            return
+        if answer.status_code in (BUSY, STORE_FULL):
+            self.counters["robot_busy"] += 1
+            self._append(
+                EventType.BUSY,
+                command,
+                {"status_code": answer.status_code},
+                discriminator=str(command.attempt),
+            )
+            return
+        # Refused before any side effect (or forgotten by the robot): release our claim
+        # too, so that the client may fix the command or retry it.
+        with contextlib.suppress(NotClaimed, UnknownKey):
+            self.store.release(command.client_id, command.key)
+        with self._lock:
+            self._by_client_key.pop(client_key, None)
+            self._rejections[client_key] = (answer.status_code, answer.message)
+        kind = EventType.EXPIRED if answer.status_code == GONE else EventType.REJECTED
+        self.counters[f"robot_{kind.value}"] += 1
+        self._append(
+            kind,
+            command,
+            {"status_code": answer.status_code, "message": answer.message},
+            discriminator=str(command.attempt),
+        )
+
+    # --- status check ---------------------------------------------------------------------
+    def check_key(self, client_id: str, key: str) -> tuple[KeyStatus, tuple[str, str] | None]:
+        """The orchestrator's view of a key, and the robot to ask when it is not final."""
+        try:
+            found = self.store.check(client_id, key)
+        except InvalidRequest as invalid:
+            return KeyStatus(
+                found=False, state=State.UNKNOWN, status_code=BAD_REQUEST, message=str(invalid)
+            ), None
+        status = key_status(found, key, expired_key_policy=self.store.config.expired_key_policy)
+        if isinstance(found, Record) and found.state.is_in_flight:
+            with self._lock:
+                command = self._by_client_key.get((client_id, key))
+                dispatched = command is not None and command.dispatched
+            if dispatched and command is not None:
+                return status, (command.robot_id, command.robot_key)
+            return status, None
+        if found is None:
+            with self._lock:
+                rejection = self._rejections.get((client_id, key))
+            if rejection is not None:
+                return KeyStatus(
+                    found=False,
+                    state=State.REJECTED,
+                    status_code=rejection[0],
+                    message=f"the robot refused it before acting: {rejection[1]}; "
+                    "the key was released",
+                ), None
+        return status, None
+
+    # --- introspection --------------------------------------------------------------------
+    def load(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {
+                robot.robot_id: {
+                    "queued": len(robot.queue),
+                    "in_flight": len(robot.in_flight),
+                    "online": robot.online,
+                    "capacity": robot.capacity,
+                }
+                for robot in self._robots.values()
+            }
+
+    def pending(self) -> int:
+        with self._lock:
+            return sum(len(r.queue) + len(r.in_flight) for r in self._robots.values())
+
+    # --- events ---------------------------------------------------------------------------
+    def _accepted_detail(self, command: _Command) -> dict[str, Any]:
+        return {
+            "robot_key": command.robot_key,
+            "command_type": command.command_type,
+            "payload_json": command.payload_json,
+            "fingerprint": command.fingerprint,
+        }
+
+    def _event(
+        self, kind: EventType, command: _Command, detail: dict[str, Any], discriminator: str = ""
+    ) -> FleetEventRecord:
+        return FleetEventRecord(
+            event_type=kind,
+            client_id=command.client_id,
+            key=command.key,
+            robot_id=command.robot_id,
+            detail=detail,
+            stamp=self._wall_clock(),
+            discriminator=f"{command.claim_id}/{discriminator}",
+        )
+
+    def _append(
+        self, kind: EventType, command: _Command, detail: dict[str, Any], discriminator: str = ""
+    ) -> None:
+        self._emit(self._event(kind, command, detail, discriminator))
+
+    def _append_for(
+        self,
+        kind: EventType,
+        request: SubmitRequest,
+        detail: dict[str, Any],
+        discriminator: str = "",
+    ) -> None:
+        self._emit(
+            FleetEventRecord(
+                event_type=kind,
+                client_id=request.client_id,
+                key=request.key,
+                robot_id=request.robot_id,
+                detail=detail,
+                stamp=self._wall_clock(),
+                discriminator=discriminator,
+            )
+        )
+
+    def _emit(self, event: FleetEventRecord) -> None:
+        self._emit_many([event])
+
+    def _emit_many(self, events: list[FleetEventRecord]) -> None:
+        if not events:
+            return
+        for stored, appended in self.events.append_many(events):
+            if appended:
+                self._on_event(stored)
+
+
+def _result_detail(record: Record) -> dict[str, Any]:
+    return {
+        "state": int(record.state),
+        "status_code": record.status_code,
+        "result_json": record.result_json,
+    }

@@ -1,0 +1,66 @@
+"""Bring up a simulated fleet: world simulator, orchestrator and one agent per robot.
+
+    ros2 launch fleet_idempotency fleet.launch.py [fleet:=my_fleet.yaml]
+        [store_dir:=~/.ros/fleet_idempotency] [speed:=20]
+
+``speed`` is a speed-up of simulated time (20: twenty times faster than real time);
+empty keeps the fleet file's ``simulation.time_scale``. The node list comes from
+``fleet_idempotency.bringup.launch_plan``, the same function ``fleet-idem up`` uses.
+"""
+
+from pathlib import Path
+
+from launch import LaunchContext, LaunchDescription
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node
+
+from fleet_idempotency.bringup import launch_plan, parameters_as_launch, time_scale_for_speed
+from fleet_idempotency.fleet_config import load_fleet
+from fleet_idempotency.resources import default_fleet_file
+
+
+def _nodes(context: LaunchContext) -> list[Node]:
+    fleet_file = Path(LaunchConfiguration("fleet").perform(context)).expanduser()
+    store_dir = Path(LaunchConfiguration("store_dir").perform(context)).expanduser()
+    speed = LaunchConfiguration("speed").perform(context)
+    plan = launch_plan(
+        load_fleet(fleet_file),
+        fleet_file=fleet_file,
+        store_dir=store_dir,
+        time_scale=time_scale_for_speed(speed),
+    )
+    return [
+        Node(
+            package=spec.package,
+            executable=spec.executable,
+            name=spec.name,
+            namespace=spec.namespace,
+            parameters=parameters_as_launch(spec),
+            output="screen",
+        )
+        for spec in plan
+    ]
+
+
+def generate_launch_description() -> LaunchDescription:
+    return LaunchDescription(
+        [
+            DeclareLaunchArgument(
+                "fleet",
+                default_value=str(default_fleet_file()),
+                description="fleet description (YAML)",
+            ),
+            DeclareLaunchArgument(
+                "store_dir",
+                default_value="~/.ros/fleet_idempotency",
+                description="where the LMDB key stores live",
+            ),
+            DeclareLaunchArgument(
+                "speed",
+                default_value="",
+                description="simulated-time speed-up; empty: the fleet file's",
+            ),
+            OpaqueFunction(function=_nodes),
+        ]
+    )

@@ -1,0 +1,55 @@
+"""One robot's agent driver, as the robot runs it onboard.
+
+    ros2 launch fleet_idempotency robot.launch.py robot_id:=forklift_1 \\
+        [fleet:=my_fleet.yaml] [store_dir:=/var/lib/fleet_idempotency] [speed:=1]
+
+The robot's type, start pose, capacity and retention come from its entry in the fleet
+file, through the same ``fleet_idempotency.bringup`` function the fleet launch uses.
+"""
+
+from pathlib import Path
+
+from launch import LaunchContext, LaunchDescription
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node
+
+from fleet_idempotency.bringup import launch_plan, parameters_as_launch, time_scale_for_speed
+from fleet_idempotency.fleet_config import load_fleet
+from fleet_idempotency.resources import default_fleet_file
+
+
+def _agent(context: LaunchContext) -> list[Node]:
+    fleet_file = Path(LaunchConfiguration("fleet").perform(context)).expanduser()
+    plan = launch_plan(
+        load_fleet(fleet_file),
+        fleet_file=fleet_file,
+        store_dir=Path(LaunchConfiguration("store_dir").perform(context)).expanduser(),
+        time_scale=time_scale_for_speed(LaunchConfiguration("speed").perform(context)),
+        robots=[LaunchConfiguration("robot_id").perform(context)],
+        with_orchestrator=False,
+        with_world=False,
+    )
+    return [
+        Node(
+            package=spec.package,
+            executable=spec.executable,
+            name=spec.name,
+            namespace=spec.namespace,
+            parameters=parameters_as_launch(spec),
+            output="screen",
+        )
+        for spec in plan
+    ]
+
+
+def generate_launch_description() -> LaunchDescription:
+    return LaunchDescription(
+        [
+            DeclareLaunchArgument("robot_id", description="this robot's id in the fleet file"),
+            DeclareLaunchArgument("fleet", default_value=str(default_fleet_file())),
+            DeclareLaunchArgument("store_dir", default_value="~/.ros/fleet_idempotency"),
+            DeclareLaunchArgument("speed", default_value="1"),
+            OpaqueFunction(function=_agent),
+        ]
+    )

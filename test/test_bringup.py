@@ -1,0 +1,106 @@
+"""The fleet description drives the node list both bring-up paths start."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from fleet_idempotency.bringup import NodeSpec, launch_plan, time_scale_for_speed
+from fleet_idempotency.fleet_config import FleetConfigError, load_fleet, parse_fleet
+
+REPO = Path(__file__).resolve().parents[1]
+FLEET_FILE = REPO / "config" / "fleet.yaml"
+
+
+def test_default_fleet_plans_world_orchestrator_and_one_agent_per_robot(tmp_path: Path) -> None:
+    fleet = load_fleet(FLEET_FILE)
+    plan = launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path)
+    executables = [spec.executable for spec in plan]
+    assert executables[:2] == ["world_simulator", "orchestrator"]
+    agents = [spec for spec in plan if spec.executable == "agent_driver"]
+    assert [spec.namespace for spec in agents] == [f"/fleet/{r.id}" for r in fleet.robots]
+    forklift = next(spec for spec in agents if spec.parameters["robot_id"] == "forklift_1")
+    assert forklift.parameters["robot_type"] == "forklift"
+    assert forklift.parameters["store_dir"] == str(tmp_path / "robots")
+    assert forklift.parameters["time_scale"] == fleet.simulation.time_scale
+    assert forklift.parameters["recovery_policy_by_type.pick"] == "interrupt"
+    assert forklift.parameters["recovery_policy_by_type.move_to_waypoint"] == "resume"
+    orchestrator = plan[1]
+    assert orchestrator.parameters["store_dir"] == str(tmp_path / "orchestrator")
+
+
+def test_speed_overrides_the_time_scale_and_robot_subsets(tmp_path: Path) -> None:
+    fleet = load_fleet(FLEET_FILE)
+    plan = launch_plan(
+        fleet,
+        fleet_file=FLEET_FILE,
+        store_dir=tmp_path,
+        time_scale=time_scale_for_speed("20"),
+        robots=["arm_1"],
+        with_orchestrator=False,
+        with_world=False,
+    )
+    assert len(plan) == 1 and plan[0].parameters["robot_type"] == "arm"
+    assert plan[0].parameters["time_scale"] == pytest.approx(0.05)
+    assert time_scale_for_speed("") is None
+    with pytest.raises(ValueError, match="speed must be > 0"):
+        time_scale_for_speed("0")
+    with pytest.raises(ValueError, match="not in the fleet file"):
+        launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path, robots=["ghost"])
+
+
+def test_ros_arguments_render_parameters_as_ros_parses_them() -> None:
+    spec = NodeSpec(
+        "agent_driver",
+        "agent_driver",
+        "/fleet/amr_1",
+        {"robot_id": "amr_1", "durable": True, "capacity": 4, "policy": "no"},
+    )
+    assert spec.ros_arguments() == [
+        "--ros-args",
+        "-r",
+        "__node:=agent_driver",
+        "-r",
+        "__ns:=/fleet/amr_1",
+        "-p",
+        "robot_id:=amr_1",
+        "-p",
+        "durable:=true",
+        "-p",
+        "capacity:=4",
+        "-p",
+        "policy:='no'",
+    ]
+
+
+def test_fleet_sections_are_validated_naming_the_field() -> None:
+    with pytest.raises(FleetConfigError, match=r"faults\.result_drop_probability"):
+        parse_fleet({"faults": {"result_drop_probability": 2}})
+    with pytest.raises(FleetConfigError, match=r"retention\.recovery_policy_by_type\.pick"):
+        parse_fleet({"retention": {"recovery_policy_by_type": {"pick": "retry"}}})
+    with pytest.raises(FleetConfigError, match=r"simulation\.speed"):
+        parse_fleet({"simulation": {"speed": 3}})
+
+
+@pytest.mark.parametrize("launch_file", ["fleet.launch.py", "robot.launch.py"])
+def test_launch_files_take_their_nodes_from_the_shared_plan(launch_file: str) -> None:
+    """Checked without the launch package: the file must call the shared function."""
+    tree = ast.parse((REPO / "launch" / launch_file).read_text())
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "fleet_idempotency.bringup"
+        for alias in node.names
+    }
+    called = {
+        node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+    assert "launch_plan" in imported and "launch_plan" in called
+    assert any(
+        isinstance(node, ast.FunctionDef) and node.name == "generate_launch_description"
+        for node in tree.body
+    )

@@ -1,0 +1,413 @@
+"""The orchestrator's logic against real agent cores, real stores and the real world model.
+
+The transport between them is an in-memory link that can lose results and silence a
+robot; the same scenarios over real DDS between real processes are in
+test_orchestrator_node.py.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet_idempotency.agent_core import AgentCore
+from fleet_idempotency.event_log import EventLogConfig, EventType, LmdbEventLog, replay
+from fleet_idempotency.fleet_config import FleetConfig, load_fleet
+from fleet_idempotency.orchestrator_core import (
+    OrchestratorCore,
+    OrchestratorSettings,
+    SubmitRequest,
+    robot_key,
+)
+from fleet_idempotency.protocol import Answer
+from fleet_idempotency.robots.simulated import SimulatedRobot
+from fleet_idempotency.sim.world import World
+from fleet_idempotency.sim.world_link import LocalWorldLink
+from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
+
+FLEET = load_fleet(Path(__file__).resolve().parents[1] / "config" / "fleet.yaml")
+TIMEOUT_S = 30.0
+FAST = OrchestratorSettings(
+    retry_initial_s=0.05, retry_max_s=0.2, offline_after_s=0.5, busy_pause_s=0.05
+)
+
+
+class _Quiet:
+    def info(self, message: str) -> None: ...
+    def warning(self, message: str) -> None: ...
+    def error(self, message: str) -> None: ...
+
+
+class Fleet:
+    """An orchestrator core and agent cores joined by a lossy in-memory link."""
+
+    def __init__(
+        self,
+        root: Path,
+        fleet: FleetConfig = FLEET,
+        *,
+        time_scale: float = 0.0,
+        drop_results: float = 0.0,
+        settings: OrchestratorSettings = FAST,
+        capacities: dict[str, int] | None = None,
+    ) -> None:
+        self.root = root
+        self.fleet = fleet
+        self.world = World(fleet.world)
+        self.rng = random.Random(7)
+        self.drop_results = drop_results
+        self.settings = settings
+        self.silenced: set[str] = set()
+        self._inbox: list[Answer] = []
+        self._inbox_lock = threading.Lock()
+        self.dropped = 0
+        self.agents: dict[str, AgentCore] = {}
+        for spec in fleet.robots:
+            robot = SimulatedRobot(
+                spec.id, spec.type, LocalWorldLink(self.world), spec.start, time_scale=time_scale
+            )
+            store = IdempotencyStore.open(StoreConfig(path=root / "agents" / spec.id))
+            capacity = (capacities or {}).get(spec.id, spec.capacity)
+            agent = AgentCore(
+                backend=robot,
+                store=store,
+                capacity=capacity,
+                publish=self._deliver_answer,
+                logger=_Quiet(),
+            )
+            agent.start()
+            self.agents[spec.id] = agent
+        self.orchestrator = self.open_orchestrator()
+
+    def open_orchestrator(self, **store_options: Any) -> OrchestratorCore:
+        self.orch_store = IdempotencyStore.open(
+            StoreConfig(
+                path=self.root / "orchestrator" / "keys",
+                default_recovery_policy="resume",
+                recovery_policy_by_type={},
+            ),
+            **store_options,
+        )
+        self.events = LmdbEventLog(EventLogConfig(path=self.root / "orchestrator" / "events"))
+        core = OrchestratorCore(
+            fleet=self.fleet, store=self.orch_store, events=self.events, settings=self.settings
+        )
+        core.restore()
+        return core
+
+    def _deliver_answer(self, answer: Answer) -> None:
+        with self._inbox_lock:
+            self._inbox.append(answer)
+
+    def pump(self) -> None:
+        for robot_id, agent in self.agents.items():
+            if robot_id not in self.silenced:
+                load = agent.load()
+                self.orchestrator.on_status(robot_id, load.queue_depth, load.capacity)
+        for delivery in self.orchestrator.tick():
+            if delivery.robot_id not in self.silenced:
+                self.agents[delivery.robot_id].submit(delivery)
+        with self._inbox_lock:
+            answers, self._inbox = self._inbox, []
+        for answer in answers:
+            if answer.robot_id in self.silenced or (
+                self.drop_results and self.rng.random() < self.drop_results
+            ):
+                self.dropped += 1
+                continue
+            self.orchestrator.on_result(answer)
+
+    def run_until(
+        self, condition: Callable[[], Any], what: str, timeout_s: float = TIMEOUT_S
+    ) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while not (value := condition()):
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            self.pump()
+            time.sleep(0.002)
+        return value
+
+    def submit(
+        self, client: str, key: str, robot: str, command_type: str, payload: dict[str, Any] | str
+    ) -> Any:
+        payload_json = payload if isinstance(payload, str) else json.dumps(payload)
+        return self.orchestrator.submit(
+            SubmitRequest(client, key, robot, command_type, payload_json)
+        )
+
+    def final(self, client: str, key: str) -> Any:
+        return self.run_until(
+            lambda: (
+                (r := self.orch_store.check(client, key)) is not None
+                and getattr(r, "state", State.UNKNOWN).is_final
+                and r
+            ),
+            f"{client}/{key} to finish",
+        )
+
+    def effects(self, client: str, key: str, robot: str) -> int:
+        return self.world.side_effect_count(robot, robot_key(client, key))
+
+    def close(self) -> None:
+        for agent in self.agents.values():
+            agent.stop()
+            agent.store.close()
+        self.orch_store.close()
+        self.events.close()
+
+
+@pytest.fixture
+def make_fleet(tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
+    fleets: list[Fleet] = []
+
+    def make(**options: Any) -> Fleet:
+        fleet = Fleet(tmp_path / f"fleet{len(fleets)}", **options)
+        fleets.append(fleet)
+        return fleet
+
+    yield make
+    for fleet in fleets:
+        fleet.close()
+
+
+def test_a_submit_retried_ten_times_executes_once_and_answers_202_409_200(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    fleet = make_fleet(time_scale=0.05)
+    pick = {"slot": "A1"}
+    codes = [fleet.submit("wms", "order-1", "forklift_1", "pick", pick).status_code]
+    codes.append(fleet.submit("wms", "order-1", "forklift_1", "pick", pick).status_code)
+    fleet.run_until(lambda: fleet.agents["forklift_1"].load().current_key, "execution start")
+    for _ in range(4):  # while the robot executes
+        codes.append(fleet.submit("wms", "order-1", "forklift_1", "pick", pick).status_code)
+    final = fleet.final("wms", "order-1")
+    answers = [fleet.submit("wms", "order-1", "forklift_1", "pick", pick) for _ in range(4)]
+    codes += [answer.status_code for answer in answers]
+
+    assert codes == [202] + [409] * 5 + [200] * 4
+    assert all(a.replayed and a.result_json == final.result_json for a in answers)
+    assert json.loads(final.result_json)["item"] == "P-1"
+    assert fleet.effects("wms", "order-1", "forklift_1") == 1
+
+
+def test_lost_results_are_recovered_by_retries_each_command_once(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    fleet = make_fleet(drop_results=0.5)
+    keys = []
+    for index in range(30):
+        robot = ("amr_1", "amr_2", "amr_3")[index % 3]
+        waypoint = f"W{index % 8 + 1}"
+        answer = fleet.submit(
+            "wms", f"move-{index}", robot, "move_to_waypoint", {"waypoint": waypoint}
+        )
+        assert answer.status_code == 202
+        keys.append((f"move-{index}", robot))
+    for key, _robot in keys:
+        assert fleet.final("wms", key).state == State.COMPLETED
+    assert fleet.dropped > 0
+    assert fleet.orchestrator.counters["retries"] > 0
+    for key, robot in keys:
+        assert fleet.effects("wms", key, robot) == 1
+
+
+def test_orchestrator_crash_and_restart_loses_nothing_and_repeats_nothing(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    fleet = make_fleet(time_scale=0.02)
+    docks = [("amr_1", "D1"), ("amr_2", "D2"), ("amr_3", "D3")]
+    for index in range(12):
+        robot, dock = docks[index % 3]
+        assert (
+            fleet.submit("wms", f"dock-{index}", robot, "dock", {"dock": dock}).status_code == 202
+        )
+    fleet.run_until(lambda: fleet.orchestrator.counters["dispatched"] >= 3, "some dispatches")
+    # Crash: the first orchestrator is abandoned mid-flight, its claims owned by "us".
+    fleet.orch_store.close()
+    fleet.events.close()
+    fleet.orchestrator = fleet.open_orchestrator(owner="restarted", owner_alive=lambda _o: False)
+    assert fleet.orchestrator.counters["restored"] >= 1
+
+    for index in range(12):
+        assert fleet.final("wms", f"dock-{index}").state == State.COMPLETED
+    for index in range(12):
+        robot = docks[index % 3][0]
+        assert fleet.effects("wms", f"dock-{index}", robot) == 1
+
+    events = list(fleet.events.read())
+    identities = [event.identity for event in events]
+    assert len(identities) == len(set(identities))
+    assert [event.sequence for event in events] == list(range(1, len(events) + 1))
+    replayed = replay(events)
+    for record in fleet.orch_store.iter_records():
+        view = replayed.keys[(record.scope, record.key)]
+        assert (view.state, view.status_code, view.result_json) == (
+            record.state,
+            record.status_code,
+            record.result_json,
+        )
+
+
+def test_a_silent_robot_holds_its_commands_others_proceed_then_it_drains_once(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    fleet = make_fleet()
+    fleet.run_until(
+        lambda: all(v["online"] for v in fleet.orchestrator.load().values()), "all robots online"
+    )
+    fleet.silenced.add("amr_1")
+    fleet.run_until(lambda: not fleet.orchestrator.load()["amr_1"]["online"], "amr_1 offline")
+    for index in range(3):
+        fleet.submit("wms", f"silent-{index}", "amr_1", "dock", {"dock": "D1"})
+        fleet.submit("wms", f"other-{index}", "amr_2", "dock", {"dock": "D2"})
+    for index in range(3):
+        fleet.final("wms", f"other-{index}")
+    assert fleet.orchestrator.load()["amr_1"]["queued"] == 3
+    assert fleet.orchestrator.counters["retries"] == 0  # no retry storm to a dead robot
+
+    fleet.silenced.clear()
+    for index in range(3):
+        assert fleet.final("wms", f"silent-{index}").state == State.COMPLETED
+        assert fleet.effects("wms", f"silent-{index}", "amr_1") == 1
+    kinds = [event.event_type for event in fleet.events.read()]
+    assert EventType.ROBOT_OFFLINE in kinds and EventType.ROBOT_ONLINE in kinds
+
+
+def test_a_burst_of_ten_times_capacity_is_absorbed_without_busy_or_retry_storm(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    fleet = make_fleet(
+        time_scale=0.01,
+        capacities={"amr_1": 2},
+        settings=OrchestratorSettings(retry_initial_s=0.5, retry_max_s=2.0, offline_after_s=1.0),
+    )
+    fleet.run_until(lambda: fleet.orchestrator.load()["amr_1"]["online"], "amr_1 online")
+    for index in range(20):
+        waypoint = ("W1", "W2")[index % 2]
+        assert (
+            fleet.submit(
+                "wms", f"burst-{index}", "amr_1", "move_to_waypoint", {"waypoint": waypoint}
+            ).status_code
+            == 202
+        )
+    peak = 0
+    while fleet.orchestrator.pending():
+        fleet.pump()
+        peak = max(peak, fleet.orchestrator.load()["amr_1"]["in_flight"])
+        time.sleep(0.002)
+    assert peak <= 2, "never more in flight than the robot's advertised capacity"
+    assert fleet.agents["amr_1"].counters["answer_429"] == 0
+    for index in range(20):
+        assert fleet.effects("wms", f"burst-{index}", "amr_1") == 1
+    # Stated bound: each command waits at most its queue position x its duration, with
+    # retries at >= 0.5 s intervals; 20 short moves need far fewer than one retry each.
+    assert fleet.orchestrator.counters["retries"] <= 20
+
+
+@pytest.mark.parametrize(
+    ("client", "key", "robot", "command_type", "payload", "field"),
+    [
+        ("w m s", "k-1", "amr_1", "dock", '{"dock": "D1"}', "client_id"),
+        ("wms", "bad key", "amr_1", "dock", '{"dock": "D1"}', "key"),
+        ("wms", "k-1", "amr_99", "dock", '{"dock": "D1"}', "robot_id"),
+        ("wms", "k-1", "amr_1", "pick", '{"slot": "A1"}', "command_type"),
+        ("wms", "k-1", "amr_1", "dock", "dock D1", "payload_json"),
+        ("wms", "k-1", "amr_1", "dock", '{"dock": "D1", "fast": 1}', "payload_json.fast"),
+        ("wms", "k-1", "amr_1", "dock", '{"dock": "' + "D" * 70_000 + '"}', "payload_json"),
+    ],
+)
+def test_bad_submits_get_400_naming_the_field_and_store_nothing(
+    make_fleet: Callable[..., Fleet],
+    client: str,
+    key: str,
+    robot: str,
+    command_type: str,
+    payload: str,
+    field: str,
+) -> None:
+    fleet = make_fleet()
+    answer = fleet.submit(client, key, robot, command_type, payload)
+    assert (answer.state, answer.status_code) == (State.REJECTED, 400)
+    assert field in answer.message
+    assert fleet.orch_store.stats()["records"] == 0
+    assert fleet.orchestrator.pending() == 0
+
+
+def test_mismatch_and_full_queue_and_scope_per_client(make_fleet: Callable[..., Fleet]) -> None:
+    fleet = make_fleet(
+        settings=OrchestratorSettings(queue_capacity_per_robot=1, offline_after_s=60)
+    )
+    assert fleet.submit("wms", "k-1", "amr_1", "dock", {"dock": "D1"}).status_code == 202
+    mismatch = fleet.submit("wms", "k-1", "amr_1", "dock", {"dock": "D2"})
+    assert mismatch.status_code == 422 and "fingerprint" in mismatch.message
+    full = fleet.submit("wms", "k-2", "amr_1", "dock", {"dock": "D2"})
+    assert (full.state, full.status_code) == (State.REJECTED, 429)
+    assert fleet.orch_store.check("wms", "k-2") is None
+    # Another client's k-1 is another operation, with its own robot-side key.
+    assert fleet.submit("other", "k-1", "amr_2", "dock", {"dock": "D2"}).status_code == 202
+    assert robot_key("wms", "k-1") != robot_key("other", "k-1")
+
+
+def test_robot_refusal_releases_the_key_and_check_key_explains(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    fleet = make_fleet()
+    # Forklifts handle pallet slots; S1 is an arm station: refused before any movement.
+    assert fleet.submit("wms", "k-bad", "forklift_1", "pick", {"slot": "S1"}).status_code == 202
+    fleet.run_until(lambda: fleet.orchestrator.counters["robot_rejected"], "the refusal")
+    assert fleet.orch_store.check("wms", "k-bad") is None
+    status, robot_query = fleet.orchestrator.check_key("wms", "k-bad")
+    assert (status.state, status.status_code, robot_query) == (State.REJECTED, 400, None)
+    assert "station" in status.message
+    waited = fleet.orchestrator.final_answer("wms", "k-bad", 0.1)
+    assert waited is not None and waited.status_code == 400
+    # Released: the client may submit the key again and it is evaluated again.
+    assert fleet.submit("wms", "k-bad", "forklift_1", "pick", {"slot": "S1"}).status_code == 202
+    assert fleet.effects("wms", "k-bad", "forklift_1") == 0
+    replayed = replay(fleet.events.read())
+    assert replayed.keys[("wms", "k-bad")].state == State.ACCEPTED
+
+
+def test_check_key_points_at_the_robot_while_in_flight(make_fleet: Callable[..., Fleet]) -> None:
+    fleet = make_fleet(time_scale=0.05)
+    fleet.submit("wms", "k-far", "amr_3", "move_to_waypoint", {"waypoint": "W8"})
+    fleet.run_until(lambda: fleet.orchestrator.load()["amr_3"]["in_flight"], "dispatch")
+    status, robot_query = fleet.orchestrator.check_key("wms", "k-far")
+    assert status.state == State.ACCEPTED
+    assert robot_query == ("amr_3", robot_key("wms", "k-far"))
+    fleet.final("wms", "k-far")
+    status, robot_query = fleet.orchestrator.check_key("wms", "k-far")
+    assert (status.state, robot_query) == (State.COMPLETED, None)
+
+
+def test_results_for_commands_never_sent_are_ignored_and_counted(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    fleet = make_fleet()
+    stray = Answer(
+        key="someone:else",
+        client_id="x",
+        robot_id="amr_1",
+        command_type="dock",
+        state=State.COMPLETED,
+        status_code=200,
+    )
+    fleet.orchestrator.on_result(stray)
+    fleet.orchestrator.on_result(stray)
+    assert fleet.orchestrator.counters["results_ignored"] == 2
+    assert fleet.orch_store.stats()["records"] == 0
+
+
+def test_long_client_keys_map_to_bounded_robot_keys() -> None:
+    long_key = "k" * 128
+    mapped = robot_key("wms", long_key)
+    assert len(mapped) <= 128 and mapped.startswith("wms:#")
+    assert mapped == robot_key("wms", long_key)
+    assert robot_key("wms", "k-1") == "wms:k-1"

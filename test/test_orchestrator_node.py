@@ -1,0 +1,214 @@
+"""Orchestrator and agents as real processes over real DDS: retries, kills, silence."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet_idempotency.event_log import EventLogConfig, LmdbEventLog, replay
+from fleet_idempotency.orchestrator_core import robot_key
+from fleet_idempotency.store import IdempotencyStore, StoreConfig
+
+from fleet_harness import FleetHarness
+from ros_support import ChildProcesses
+
+COMPLETED = 3
+
+
+@pytest.fixture
+def fleet(
+    ros_context: Any, ros_env: dict[str, str], children: ChildProcesses, tmp_path: Path
+) -> FleetHarness:
+    harness = FleetHarness(ros_context, ros_env, children, tmp_path / "stores")
+    harness.start_world()
+    return harness
+
+
+def effects(fleet: FleetHarness, client: str, key: str, robot: str) -> int:
+    return fleet.side_effects(robot, robot_key(client, key))
+
+
+def test_submit_retried_ten_times_answers_202_409_200_and_executes_once(
+    fleet: FleetHarness,
+) -> None:
+    fleet.start_agent("forklift_1", "forklift", start_x=2.0, start_y=4.0, time_scale=0.2)
+    fleet.start_orchestrator()
+    pick = {"slot": "A3"}
+    answers = [fleet.submit("wms", "order-7", "forklift_1", "pick", pick)]
+    answers.append(fleet.submit("wms", "order-7", "forklift_1", "pick", pick))
+    fleet.spin_until(lambda: fleet.statuses["forklift_1"].current_key, "the pick to start")
+    answers += [fleet.submit("wms", "order-7", "forklift_1", "pick", pick) for _ in range(3)]
+    waited = fleet.submit("wms", "order-7", "forklift_1", "pick", pick, wait_timeout_s=30.0)
+    answers += [fleet.submit("wms", "order-7", "forklift_1", "pick", pick) for _ in range(4)]
+
+    codes = [a.status_code for a in answers]
+    assert codes == [202] + [409] * 4 + [200] * 4
+    assert waited.status_code == 200 and waited.replayed
+    bodies = {a.result_json for a in answers[5:]} | {waited.result_json}
+    assert len(bodies) == 1 and json.loads(bodies.pop())["item"] == "P-3"
+    assert effects(fleet, "wms", "order-7", "forklift_1") == 1
+
+
+def test_dropped_results_are_recovered_by_retries_exactly_once(fleet: FleetHarness) -> None:
+    for robot_id, start_y in (("amr_1", 0.0), ("amr_2", 2.5)):
+        fleet.start_agent(robot_id, "amr", start_y=start_y, result_drop_probability=0.4, seed=11)
+    fleet.start_orchestrator()
+    keys = [(f"lossy-{i}", ("amr_1", "amr_2")[i % 2]) for i in range(16)]
+    for key, robot in keys:
+        assert (
+            fleet.submit(
+                "wms", key, robot, "move_to_waypoint", {"waypoint": f"W{len(key) % 8 + 1}"}
+            ).status_code
+            == 202
+        )
+    for key, _robot in keys:
+        final = fleet.submit(
+            "wms",
+            key,
+            _robot,
+            "move_to_waypoint",
+            {"waypoint": f"W{len(key) % 8 + 1}"},
+            wait_timeout_s=40.0,
+        )
+        assert final.status_code == 200, final.message
+    for key, robot in keys:
+        assert effects(fleet, "wms", key, robot) == 1
+
+
+def test_orchestrator_kill_9_with_work_queued_and_in_flight(fleet: FleetHarness) -> None:
+    fleet.start_agent("amr_1", "amr", time_scale=0.05, capacity=2)
+    fleet.start_agent("amr_2", "amr", start_y=2.5, time_scale=0.05, capacity=2)
+    fleet.start_orchestrator()
+    keys = [(f"job-{i}", ("amr_1", "amr_2")[i % 2], f"W{i % 8 + 1}") for i in range(12)]
+    for key, robot, waypoint in keys:
+        assert (
+            fleet.submit("wms", key, robot, "move_to_waypoint", {"waypoint": waypoint}).status_code
+            == 202
+        )
+    fleet.spin_until(lambda: fleet.statuses["amr_1"].busy, "work in flight")
+    fleet.children.kill("orchestrator", signal.SIGKILL)
+    fleet.start_orchestrator()
+
+    for key, robot, waypoint in keys:
+        final = fleet.submit(
+            "wms", key, robot, "move_to_waypoint", {"waypoint": waypoint}, wait_timeout_s=60.0
+        )
+        assert final.status_code == 200, final.message
+        assert effects(fleet, "wms", key, robot) == 1
+    fleet.children.kill("orchestrator", signal.SIGTERM)
+
+    root = fleet.store_dir / "orchestrator"
+    with LmdbEventLog(EventLogConfig(path=root / "events")) as log:
+        events = list(log.read())
+    identities = [event.identity for event in events]
+    assert len(identities) == len(set(identities)), "no event appended twice"
+    state = replay(events)
+    with IdempotencyStore.open(StoreConfig(path=root / "keys"), recover=False) as store:
+        for record in store.iter_records():
+            view = state.keys[(record.scope, record.key)]
+            assert (view.state, view.status_code, view.result_json) == (
+                record.state,
+                record.status_code,
+                record.result_json,
+            )
+
+
+def test_a_robot_that_stops_answering_holds_its_work_and_drains_once(
+    fleet: FleetHarness,
+) -> None:
+    fleet.start_agent("amr_1", "amr")
+    fleet.start_agent("amr_2", "amr", start_y=2.5)
+    fleet.start_orchestrator(offline_after_s=1.0)
+    frozen = fleet.children.processes["agent_amr_1"]
+    frozen.send_signal(signal.SIGSTOP)  # alive but silent, as a hung robot
+    try:
+        fleet.spin_until(
+            lambda: fleet.fleet_check("wms", "nothing").found is False, "the orchestrator"
+        )
+        for index in range(3):
+            fleet.submit("wms", f"held-{index}", "amr_1", "dock", {"dock": "D1"})
+            fleet.submit("wms", f"free-{index}", "amr_2", "dock", {"dock": "D2"})
+        for index in range(3):
+            assert (
+                fleet.submit(
+                    "wms", f"free-{index}", "amr_2", "dock", {"dock": "D2"}, wait_timeout_s=30.0
+                ).status_code
+                == 200
+            )
+        held = fleet.submit("wms", "held-0", "amr_1", "dock", {"dock": "D1"})
+        assert held.status_code == 409
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    for index in range(3):
+        assert (
+            fleet.submit(
+                "wms", f"held-{index}", "amr_1", "dock", {"dock": "D1"}, wait_timeout_s=30.0
+            ).status_code
+            == 200
+        )
+        assert effects(fleet, "wms", f"held-{index}", "amr_1") == 1
+
+
+def test_burst_of_ten_times_capacity_without_busy_answers(fleet: FleetHarness) -> None:
+    fleet.start_agent("amr_3", "amr", start_y=5.0, capacity=2, time_scale=0.02)
+    fleet.start_orchestrator()
+    burst = [
+        ("wms", f"burst-{i}", "amr_3", "move_to_waypoint", {"waypoint": ("W1", "W5")[i % 2]})
+        for i in range(20)
+    ]
+    assert {answer.status_code for answer in fleet.submit_all(burst)} == {202}
+    for index in range(20):
+        assert (
+            fleet.submit(
+                "wms",
+                f"burst-{index}",
+                "amr_3",
+                "move_to_waypoint",
+                {"waypoint": ("W1", "W5")[index % 2]},
+                wait_timeout_s=60.0,
+            ).status_code
+            == 200
+        )
+        assert effects(fleet, "wms", f"burst-{index}", "amr_3") == 1
+    assert not [r for r in fleet.results if r.status_code == 429]
+
+
+@pytest.mark.parametrize(
+    ("client", "key", "robot", "command_type", "payload", "fragment"),
+    [
+        ("wms", "", "amr_1", "dock", '{"dock": "D1"}', "key"),
+        ("wms", "k-1", "robot_x", "dock", '{"dock": "D1"}', "unknown robot"),
+        ("wms", "k-1", "amr_1", "pick", '{"slot": "A1"}', "cannot pick"),
+        ("wms", "k-1", "amr_1", "dock", "{", "not valid JSON"),
+        ("", "k-1", "amr_1", "dock", '{"dock": "D1"}', "client_id"),
+    ],
+)
+def test_bad_submits_get_clear_400s(
+    fleet: FleetHarness,
+    client: str,
+    key: str,
+    robot: str,
+    command_type: str,
+    payload: str,
+    fragment: str,
+) -> None:
+    fleet.start_orchestrator()
+    answer = fleet.submit(client, key, robot, command_type, payload)
+    assert answer.status_code == 400 and fragment in answer.message
+
+
+def test_fleet_check_key_asks_the_robot_while_in_flight(fleet: FleetHarness) -> None:
+    fleet.start_agent("amr_1", "amr", time_scale=0.3)
+    fleet.start_orchestrator()
+    fleet.submit("wms", "k-slow", "amr_1", "move_to_waypoint", {"waypoint": "W8"})
+    fleet.spin_until(lambda: fleet.statuses["amr_1"].busy, "the move to start")
+    during = fleet.fleet_check("wms", "k-slow")
+    assert during.found and during.state == 2 and "robot amr_1 reports" in during.message
+    final = fleet.wait_final("wms", "k-slow")
+    assert final.state == COMPLETED and json.loads(final.result_json)["target"] == "W8"
+    unknown = fleet.fleet_check("wms", "never")
+    assert unknown.found is False
