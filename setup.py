@@ -202,7 +202,9 @@ setup(
         "console_scripts": [
             "agent_driver = fleet_idempotency.agent_driver:main",
             "orchestrator = fleet_idempotency.orchestrator:main",
+            "agent_host = fleet_idempotency.agent_host:main",
             "world_simulator = fleet_idempotency.world_simulator:main",
+            "fleet-idem = fleet_idempotency.cli:main",
             "fleet-idem-store = fleet_idempotency.store.cli:main",
             "fleet-idem-events = fleet_idempotency.event_tool:main",
         ],

@@ -13,21 +13,19 @@ Topics (relative to the namespace): ``commands`` (FleetCommand, in), ``status``
 from __future__ import annotations
 
 import random
-import signal
 from pathlib import Path
 from typing import Any
 
-import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from fleet_idempotency.agent_core import AgentCore
 from fleet_idempotency.commands import COMMAND_TYPES
 from fleet_idempotency.dedup_window import RecentDeliveries
 from fleet_idempotency.msg import CommandResult, FleetCommand, RobotStatus
+from fleet_idempotency.node_main import run_nodes
 from fleet_idempotency.protocol import Answer
+from fleet_idempotency.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
 from fleet_idempotency.robots.simulated import SimulatedRobot
 from fleet_idempotency.ros_convert import (
     answer_to_msg,
@@ -38,8 +36,6 @@ from fleet_idempotency.sim.world import Pose
 from fleet_idempotency.srv import CheckKey
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 from fleet_idempotency.world_link_ros import RosWorldLink
-
-COMMAND_QOS = QoSProfile(depth=256, reliability=ReliabilityPolicy.RELIABLE)
 
 
 class AgentDriver(Node):
@@ -59,7 +55,7 @@ class AgentDriver(Node):
             time_scale=p["time_scale"],
         )
         self.store = IdempotencyStore.open(self._store_config(p))
-        self._results = self.create_publisher(CommandResult, p["results_topic"], COMMAND_QOS)
+        self._results = self.create_publisher(CommandResult, p["results_topic"], RELIABLE_TOPIC_QOS)
         # Answers found by crash recovery are held until someone listens: published at
         # start-up they would reach nobody, since discovery takes a moment.
         self._recovered: list[Answer] | None = []
@@ -79,13 +75,14 @@ class AgentDriver(Node):
             FleetCommand,
             "commands",
             self._on_command,
-            COMMAND_QOS,
+            RELIABLE_TOPIC_QOS,
             callback_group=MutuallyExclusiveCallbackGroup(),
         )
         self.create_service(
             CheckKey,
             "check_key",
             self._on_check_key,
+            qos_profile=SERVICE_QOS,
             callback_group=MutuallyExclusiveCallbackGroup(),
         )
         timers = MutuallyExclusiveCallbackGroup()
@@ -228,22 +225,7 @@ class AgentDriver(Node):
 
 
 def main(args: list[str] | None = None) -> None:
-    rclpy.init(args=args)
-    node: AgentDriver | None = None
-    try:
-        node = AgentDriver()
-        executor = MultiThreadedExecutor(num_threads=4)
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        # A second signal during shutdown must not interrupt closing the store.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if node is not None:
-            node.shutdown()
-            node.destroy_node()
-        rclpy.try_shutdown()
+    run_nodes("agent_driver", lambda: [AgentDriver()], threads=4, args=args)
 
 
 if __name__ == "__main__":

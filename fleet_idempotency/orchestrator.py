@@ -12,21 +12,20 @@ from __future__ import annotations
 
 import json
 import random
-import signal
 import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from fleet_idempotency.event_log import EventLogConfig, FleetEventRecord, LmdbEventLog
 from fleet_idempotency.fleet_config import load_fleet
 from fleet_idempotency.msg import CommandResult, FleetCommand, FleetEvent, RobotStatus
+from fleet_idempotency.node_main import run_nodes
 from fleet_idempotency.orchestrator_core import (
     OrchestratorCore,
     OrchestratorSettings,
@@ -34,6 +33,7 @@ from fleet_idempotency.orchestrator_core import (
     SubmitRequest,
 )
 from fleet_idempotency.protocol import CONFLICT, Answer, KeyStatus
+from fleet_idempotency.qos import SERVICE_QOS
 from fleet_idempotency.resources import default_fleet_file
 from fleet_idempotency.ros_convert import (
     delivery_to_msg,
@@ -45,6 +45,14 @@ from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 
 RELIABLE = QoSProfile(depth=1024, reliability=ReliabilityPolicy.RELIABLE)
 ROBOT_CHECK_TIMEOUT_S = 2.0
+# A submit that waits for its final result holds an executor thread for the whole wait
+# (rclpy's service callbacks must return the response, and its coroutine tasks busy-poll).
+# Waits get their own share of threads and never all of them: if every thread could
+# wait, results, statuses and the dispatch tick would starve and no wait could end
+# before its timeout. Past the cap a submit is answered at once (202/409, as with
+# wait_timeout_sec=0), and the caller polls CheckKey or re-submits.
+MAX_WAITING_SUBMITS = 16
+EXECUTOR_THREADS = MAX_WAITING_SUBMITS + 8
 
 
 class Orchestrator(Node):
@@ -85,30 +93,67 @@ class Orchestrator(Node):
             rng=self._rng,
         )
         self.core.restore()
+        self._wait_slots = threading.BoundedSemaphore(MAX_WAITING_SUBMITS)
 
         api = ReentrantCallbackGroup()  # submits may wait for results: many at once
+        # A deep request history: with the default depth of 10 a burst of submits from
+        # one client loses requests, which the client only notices by its own timeout.
         self.create_service(
-            SubmitCommand, "/fleet/submit_command", self._on_submit, callback_group=api
+            SubmitCommand,
+            "/fleet/submit_command",
+            self._on_submit,
+            qos_profile=SERVICE_QOS,
+            callback_group=api,
         )
-        self.create_service(CheckKey, "/fleet/check_key", self._on_check_key, callback_group=api)
+        self.create_service(
+            CheckKey,
+            "/fleet/check_key",
+            self._on_check_key,
+            qos_profile=SERVICE_QOS,
+            callback_group=api,
+        )
+        # The per-robot endpoints (for 50 robots: 50 status subscriptions, 50 CheckKey
+        # clients, 50 command publishers with their QoS event handlers) live on side nodes.
+        # rclpy rebuilds its wait set from every entity of its nodes on each wake-up, in
+        # Python: on the main executor they made every submit, result and tick wake-up cost
+        # O(fleet). Subscriptions and clients get their own single-threaded executor
+        # (statuses are handled in arrival order); publishing from any thread is safe.
+        self._robot_side = Node(
+            "orchestrator_robot_links", context=self.context, start_parameter_services=False
+        )
         self._robot_checks = {
-            spec.id: self.create_client(
-                CheckKey, f"/fleet/{spec.id}/check_key", callback_group=ReentrantCallbackGroup()
+            spec.id: self._robot_side.create_client(
+                CheckKey, f"/fleet/{spec.id}/check_key", qos_profile=SERVICE_QOS
             )
             for spec in fleet.robots
         }
-        self._commands = {
-            spec.id: self.create_publisher(FleetCommand, f"/fleet/{spec.id}/commands", RELIABLE)
-            for spec in fleet.robots
-        }
-        inbound = MutuallyExclusiveCallbackGroup()
-        self.create_subscription(
-            CommandResult, "/fleet/results", self._on_result, RELIABLE, callback_group=inbound
+        # Publishers need no executor, and on a spun node each would add its QoS event
+        # handlers to the wait set: they get a node that is never spun.
+        self._command_side = Node(
+            "orchestrator_command_links", context=self.context, start_parameter_services=False
         )
-        for spec in fleet.robots:
-            self.create_subscription(
-                RobotStatus, f"/fleet/{spec.id}/status", self._on_status, 10, callback_group=inbound
+        self._commands = {
+            spec.id: self._command_side.create_publisher(
+                FleetCommand, f"/fleet/{spec.id}/commands", RELIABLE
             )
+            for spec in fleet.robots
+        }
+        for spec in fleet.robots:
+            self._robot_side.create_subscription(
+                RobotStatus, f"/fleet/{spec.id}/status", self._on_status, 10
+            )
+        self._robot_side_executor = SingleThreadedExecutor(context=self.context)
+        self._robot_side_executor.add_node(self._robot_side)
+        threading.Thread(
+            target=self._spin_robot_side, name="orchestrator-robot-links", daemon=True
+        ).start()
+        self.create_subscription(
+            CommandResult,
+            "/fleet/results",
+            self._on_result,
+            RELIABLE,
+            callback_group=MutuallyExclusiveCallbackGroup(),
+        )
         timers = MutuallyExclusiveCallbackGroup()
         self.create_timer(p["tick_period_s"], self._tick, callback_group=timers)
         self.create_timer(p["gc_period_s"], self._collect_garbage, callback_group=timers)
@@ -154,9 +199,20 @@ class Orchestrator(Node):
             )
         )
         if request.wait_timeout_sec > 0 and answer.status_code in (202, CONFLICT):
-            final = self.core.final_answer(
-                request.client_id, request.idempotency_key, request.wait_timeout_sec
-            )
+            if not self._wait_slots.acquire(blocking=False):
+                self.core.counters["waits_refused"] += 1
+                answer = replace(
+                    answer,
+                    message=f"{answer.message}; not waited: {MAX_WAITING_SUBMITS} submits "
+                    "are already waiting, poll CheckKey or re-submit for the result",
+                )
+                return _fill_submit_response(answer, response)
+            try:
+                final = self.core.final_answer(
+                    request.client_id, request.idempotency_key, request.wait_timeout_sec
+                )
+            finally:
+                self._wait_slots.release()
             if final is not None:
                 answer = SubmitAnswer(
                     final.state,
@@ -165,12 +221,7 @@ class Orchestrator(Node):
                     result_json=final.result_json,
                     message=final.message,
                 )
-        response.state = int(answer.state)
-        response.status_code = answer.status_code
-        response.replayed = answer.replayed
-        response.result_json = answer.result_json
-        response.message = answer.message
-        return response
+        return _fill_submit_response(answer, response)
 
     def _on_check_key(
         self, request: CheckKey.Request, response: CheckKey.Response
@@ -258,7 +309,16 @@ class Orchestrator(Node):
     def _collect_garbage(self) -> None:
         self.store.gc(max_batches=4)
 
+    def _spin_robot_side(self) -> None:
+        try:
+            self._robot_side_executor.spin()
+        except Exception:  # the context was shut down under us: nothing left to serve
+            return
+
     def shutdown(self) -> None:
+        self._robot_side_executor.shutdown(timeout_sec=1.0)
+        self._robot_side.destroy_node()
+        self._command_side.destroy_node()
         self.store.close()
         self.events.close()
 
@@ -267,22 +327,19 @@ def _with_message(status: KeyStatus, message: str) -> KeyStatus:
     return replace(status, message=message)
 
 
+def _fill_submit_response(
+    answer: SubmitAnswer, response: SubmitCommand.Response
+) -> SubmitCommand.Response:
+    response.state = int(answer.state)
+    response.status_code = answer.status_code
+    response.replayed = answer.replayed
+    response.result_json = answer.result_json
+    response.message = answer.message
+    return response
+
+
 def main(args: list[str] | None = None) -> None:
-    rclpy.init(args=args)
-    node: Orchestrator | None = None
-    try:
-        node = Orchestrator()
-        executor = MultiThreadedExecutor(num_threads=8)
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if node is not None:
-            node.shutdown()
-            node.destroy_node()
-        rclpy.try_shutdown()
+    run_nodes("orchestrator", lambda: [Orchestrator()], threads=EXECUTOR_THREADS, args=args)
 
 
 if __name__ == "__main__":

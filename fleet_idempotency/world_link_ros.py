@@ -8,6 +8,7 @@ without depending on how the agent node itself is spun.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from rclpy.client import Client
@@ -15,6 +16,7 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
+from fleet_idempotency.qos import SERVICE_QOS
 from fleet_idempotency.sim.world import Pose, WorldActionFailed, WorldActionName, WorldConfig
 from fleet_idempotency.srv import GetWorldState, WorldAction
 
@@ -27,8 +29,10 @@ class RosWorldLink:
     def __init__(self, context: Context, robot_id: str, timeout_s: float = 10.0) -> None:
         self.timeout_s = timeout_s
         self._node = Node(f"world_link_{robot_id}", context=context, start_parameter_services=False)
-        self._act = self._node.create_client(WorldAction, "/world/act")
-        self._state = self._node.create_client(GetWorldState, "/world/state")
+        self._act = self._node.create_client(WorldAction, "/world/act", qos_profile=SERVICE_QOS)
+        self._state = self._node.create_client(
+            GetWorldState, "/world/state", qos_profile=SERVICE_QOS
+        )
         self._executor = SingleThreadedExecutor(context=context)
         self._executor.add_node(self._node)
         self._thread = threading.Thread(
@@ -36,6 +40,7 @@ class RosWorldLink:
         )
         self._thread.start()
         self._geometry: WorldConfig | None = None
+        self._pose_update: Any = None
 
     def _spin(self) -> None:
         try:
@@ -48,20 +53,31 @@ class RosWorldLink:
         self._node.destroy_node()
 
     def wait_until_ready(self, timeout_s: float) -> None:
-        for client, name in ((self._act, "/world/act"), (self._state, "/world/state")):
-            if not client.wait_for_service(timeout_sec=timeout_s):
-                raise WorldUnavailable(
-                    f"world simulator service {name} not available after {timeout_s:.0f} s "
-                    "(is the world_simulator node running in this ROS domain?)"
-                )
+        """Wait for a real round trip, not just a visible server: right after start-up a
+        request can be lost while discovery completes, and a counted action must never be
+        the one that gets lost (it could not be re-sent without risking a double count)."""
+        deadline = time.monotonic() + timeout_s
+        probe = WorldAction.Request(robot_id="", action="locate")
+        while time.monotonic() < deadline:
+            if self._act.wait_for_service(timeout_sec=min(1.0, timeout_s)):
+                try:
+                    self._call(self._act, probe, timeout_s=1.0)
+                    return
+                except WorldUnavailable:
+                    continue
+        raise WorldUnavailable(
+            f"the world simulator did not answer within {timeout_s:.0f} s "
+            "(is the world_simulator node running in this ROS domain?)"
+        )
 
-    def _call(self, client: Client, request: Any) -> Any:
+    def _call(self, client: Client, request: Any, timeout_s: float | None = None) -> Any:
+        patience_s = self.timeout_s if timeout_s is None else timeout_s
         future = client.call_async(request)
         done = threading.Event()
         future.add_done_callback(lambda _future: done.set())
-        if not done.wait(self.timeout_s):
+        if not done.wait(patience_s):
             client.remove_pending_request(future)
-            raise WorldUnavailable(f"the world did not answer within {self.timeout_s:.0f} s")
+            raise WorldUnavailable(f"the world did not answer within {patience_s:.0f} s")
         return future.result()
 
     # --- WorldLink ------------------------------------------------------------------------
@@ -76,8 +92,11 @@ class RosWorldLink:
         return Pose(x=response.x, y=response.y, theta=response.theta) if response.known else None
 
     def set_pose(self, robot_id: str, pose: Pose) -> None:
-        # Not counted and superseded by the next update: no need to wait for the answer.
-        self._act.call_async(
+        # Not counted and superseded by the next update: no need to wait for the answer,
+        # and while one update is still on its way the next can be skipped.
+        if self._pose_update is not None and not self._pose_update.done():
+            return
+        self._pose_update = self._act.call_async(
             WorldAction.Request(
                 robot_id=robot_id, action="pose", x=pose.x, y=pose.y, theta=pose.theta
             )

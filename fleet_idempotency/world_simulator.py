@@ -11,12 +11,12 @@ import json
 import math
 from pathlib import Path
 
-import rclpy
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from visualization_msgs.msg import Marker, MarkerArray
 
 from fleet_idempotency.fleet_config import load_fleet
+from fleet_idempotency.node_main import run_nodes
+from fleet_idempotency.qos import SERVICE_QOS
 from fleet_idempotency.resources import default_fleet_file
 from fleet_idempotency.sim.world import COUNTED_ACTIONS, Pose, World, WorldActionFailed
 from fleet_idempotency.srv import GetWorldState, WorldAction
@@ -31,8 +31,8 @@ class WorldSimulator(Node):
         self.world = World(fleet.world)
         for robot in fleet.robots:
             self.world.register_robot(robot.id, robot.start)
-        self.create_service(WorldAction, "/world/act", self._on_act)
-        self.create_service(GetWorldState, "/world/state", self._on_state)
+        self.create_service(WorldAction, "/world/act", self._on_act, qos_profile=SERVICE_QOS)
+        self.create_service(GetWorldState, "/world/state", self._on_state, qos_profile=SERVICE_QOS)
         self._markers = self.create_publisher(MarkerArray, "/world/markers", 1)
         self.create_timer(marker_period_s, self._publish_markers)
         self.get_logger().info(
@@ -131,17 +131,7 @@ def _marker(
 
 
 def main(args: list[str] | None = None) -> None:
-    rclpy.init(args=args)
-    node: WorldSimulator | None = None
-    try:
-        node = WorldSimulator()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    run_nodes("world_simulator", lambda: [WorldSimulator()], threads=2, args=args)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fleet_idempotency.qos import SERVICE_QOS
+
 from ros_support import ChildProcesses, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,7 +55,9 @@ class FleetHarness:
         )
         from fleet_idempotency.srv import GetWorldState
 
-        self._world_state_client = self.node.create_client(GetWorldState, "/world/state")
+        self._world_state_client = self.node.create_client(
+            GetWorldState, "/world/state", qos_profile=SERVICE_QOS
+        )
         wait_for(
             self._world_state_client.service_is_ready,
             timeout_s=STARTUP_TIMEOUT_S,
@@ -63,8 +67,6 @@ class FleetHarness:
 
     def start_agent(self, robot_id: str, robot_type: str, **parameters: Any) -> None:
         """Start (or restart) an agent process and wait until it serves its status check."""
-        from fleet_idempotency.msg import FleetCommand, RobotStatus
-        from fleet_idempotency.srv import CheckKey
 
         defaults = {
             "robot_id": robot_id,
@@ -81,20 +83,36 @@ class FleetHarness:
         self.agent_args[robot_id] = args
         known = self._subscription_gids(f"/fleet/{robot_id}/commands")
         self.children.spawn(f"agent_{robot_id}", args, self.env)
-        if robot_id not in self._publishers:
-            self._publishers[robot_id] = self.node.create_publisher(
-                FleetCommand, f"/fleet/{robot_id}/commands", 256
-            )
-            self._check_clients[robot_id] = self.node.create_client(
-                CheckKey, f"/fleet/{robot_id}/check_key"
-            )
-            self.node.create_subscription(
-                RobotStatus,
-                f"/fleet/{robot_id}/status",
-                lambda status, rid=robot_id: self.statuses.__setitem__(rid, status),
-                10,
-            )
+        self.track_robot(robot_id)
         self.wait_until_serving(robot_id, known)
+
+    def track_robot(self, robot_id: str) -> None:
+        """Create this side's endpoints for a robot: commands out, status in, CheckKey."""
+        from fleet_idempotency.msg import FleetCommand, RobotStatus
+        from fleet_idempotency.srv import CheckKey
+
+        if robot_id in self._publishers:
+            return
+        self._publishers[robot_id] = self.node.create_publisher(
+            FleetCommand, f"/fleet/{robot_id}/commands", 256
+        )
+        self._check_clients[robot_id] = self.node.create_client(
+            CheckKey, f"/fleet/{robot_id}/check_key", qos_profile=SERVICE_QOS
+        )
+        self.node.create_subscription(
+            RobotStatus,
+            f"/fleet/{robot_id}/status",
+            lambda status, rid=robot_id: self.statuses.__setitem__(rid, status),
+            10,
+        )
+
+    def serving(self, robot_id: str) -> bool:
+        """A first-start check (no predecessor): subscribed, serving, publishing status."""
+        return bool(
+            self._publishers[robot_id].get_subscription_count() > 0
+            and self._check_clients[robot_id].service_is_ready()
+            and robot_id in self.statuses
+        )
 
     def _subscription_gids(self, topic: str) -> set[bytes]:
         return {
@@ -178,6 +196,11 @@ class FleetHarness:
         """
         return self.result(key, lambda r: r.attempt == attempt, **kwargs)
 
+    def final_for(self, robot_id: str, key: str) -> Any:
+        return self.result(
+            key, lambda r: r.robot_id == robot_id and r.state in (3, 4, 5) and not r.replayed
+        )
+
     def final(self, key: str, **kwargs: Any) -> Any:
         from fleet_idempotency.msg import CommandResult
 
@@ -233,8 +256,12 @@ class FleetHarness:
             args += ["-p", f"{name}:={value}"]
         self.children.spawn("orchestrator", args, self.env)
         if self._submit is None:
-            self._submit = self.node.create_client(SubmitCommand, "/fleet/submit_command")
-            self._fleet_check = self.node.create_client(CheckKey, "/fleet/check_key")
+            self._submit = self.node.create_client(
+                SubmitCommand, "/fleet/submit_command", qos_profile=SERVICE_QOS
+            )
+            self._fleet_check = self.node.create_client(
+                CheckKey, "/fleet/check_key", qos_profile=SERVICE_QOS
+            )
         process = self.children.processes["orchestrator"]
         self._wait_for_an_answer(self._fleet_check, process, "the orchestrator")
         wait_for(self._submit.service_is_ready, executor=self.executor, what="the submit service")

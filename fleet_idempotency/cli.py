@@ -1,0 +1,265 @@
+"""``fleet-idem``: run a simulated fleet without ``ros2 launch``, and talk to it.
+
+    fleet-idem demo [--commands 400] [--speed 20] [--no-faults] [--host-agents]
+    fleet-idem up [--fleet FILE] [--store-dir DIR] [--speed 20]
+    fleet-idem submit --robot amr_1 --type dock --payload '{"dock": "D1"}' [--key K] [--wait 30]
+    fleet-idem check --key K [--client wms]
+
+``up`` prints the ROS_DOMAIN_ID its fleet uses; ``submit`` and ``check`` join the domain
+in ROS_DOMAIN_ID, like every ROS 2 tool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import uuid
+from pathlib import Path
+from types import FrameType
+
+import rclpy
+
+from fleet_idempotency.bringup import launch_plan, time_scale_for_speed
+from fleet_idempotency.dds_isolation import isolated_environment, lease_domain_id
+from fleet_idempotency.demo import Demo, DemoOptions
+from fleet_idempotency.fleet_client import FleetClient, NoAnswer
+from fleet_idempotency.fleet_config import FleetConfigError, load_fleet
+from fleet_idempotency.processes import FleetProcesses, executable
+from fleet_idempotency.resources import default_fleet_file
+
+
+def _fleet_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--fleet",
+        type=Path,
+        default=None,
+        help="fleet description YAML (default: the package's config/fleet.yaml)",
+    )
+    parser.add_argument(
+        "--store-dir",
+        type=Path,
+        default=None,
+        help="where stores and logs go (default: a new temporary directory)",
+    )
+    parser.add_argument(
+        "--speed",
+        type=float,
+        default=None,
+        help="simulated-time speed-up (default: the fleet file's time scale)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fleet-idem", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    demo = commands.add_parser("demo", help="run a mission with injected faults, then report")
+    _fleet_argument(demo)
+    demo.add_argument("--commands", type=int, default=400)
+    demo.add_argument("--no-faults", action="store_true", help="a clean run: no faults at all")
+    demo.add_argument(
+        "--drop-results",
+        type=float,
+        default=0.2,
+        help="fraction of robot results lost on the way back",
+    )
+    demo.add_argument("--duplicate-deliveries", type=float, default=0.1)
+    demo.add_argument(
+        "--client-retries",
+        type=float,
+        default=0.1,
+        help="fraction of finished commands the client submits again",
+    )
+    demo.add_argument("--robot-crashes", type=int, default=2)
+    demo.add_argument("--orchestrator-crashes", type=int, default=1)
+    demo.add_argument(
+        "--host-agents",
+        action="store_true",
+        help="host all agents in one process (each keeps its own store)",
+    )
+    demo.add_argument("--seed", type=int, default=1)
+    demo.add_argument("--keep-store", action="store_true")
+
+    up = commands.add_parser("up", help="start a fleet and keep it running until Ctrl-C")
+    _fleet_argument(up)
+    up.add_argument("--host-agents", action="store_true")
+
+    submit = commands.add_parser("submit", help="submit one command through the orchestrator")
+    submit.add_argument("--client", default="cli")
+    submit.add_argument("--key", default=None, help="idempotency key (default: a new UUID)")
+    submit.add_argument("--robot", required=True)
+    submit.add_argument("--type", required=True, dest="command_type")
+    submit.add_argument("--payload", default="{}")
+    submit.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        help="seconds to wait for the final result (0: answer at once)",
+    )
+
+    check = commands.add_parser("check", help="status check of a key (reconciliation)")
+    check.add_argument("--client", default="cli")
+    check.add_argument("--key", required=True)
+    return parser
+
+
+def _raise_keyboard_interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = build_parser().parse_args(argv)
+    # SIGTERM (e.g. from CI or systemd) cleans up like Ctrl-C: no process left behind.
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        if options.command == "demo":
+            return _demo(options)
+        if options.command == "up":
+            return _up(options)
+        return _client_command(options)
+    except FleetConfigError as error:
+        print(f"fleet-idem: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fleet-idem: interrupted; every process it started has been stopped", file=sys.stderr)
+        return 130
+
+
+def _demo(options: argparse.Namespace) -> int:
+    demo = Demo(
+        DemoOptions(
+            fleet_file=options.fleet or default_fleet_file(),
+            commands=options.commands,
+            store_dir=options.store_dir,
+            time_scale=time_scale_for_speed(options.speed),
+            host_agents=options.host_agents,
+            faults=not options.no_faults,
+            drop_results=options.drop_results,
+            duplicate_deliveries=options.duplicate_deliveries,
+            client_retries=options.client_retries,
+            robot_crashes=options.robot_crashes,
+            orchestrator_crashes=options.orchestrator_crashes,
+            seed=options.seed,
+            keep_store=options.keep_store,
+        ),
+        out=lambda line: print(line, flush=True),
+    )
+    return demo.run()
+
+
+def _up(options: argparse.Namespace) -> int:
+    fleet_file = options.fleet or default_fleet_file()
+    fleet = load_fleet(fleet_file)
+    store_dir = options.store_dir or Path(tempfile.mkdtemp(prefix="fleet-idem-up-"))
+    with lease_domain_id() as domain_id:
+        processes = FleetProcesses(store_dir / "logs", isolated_environment(domain_id))
+        try:
+            plan = launch_plan(
+                fleet,
+                fleet_file=Path(fleet_file),
+                store_dir=store_dir,
+                time_scale=time_scale_for_speed(options.speed),
+            )
+            for spec in plan:
+                if not (options.host_agents and spec.executable == "agent_driver"):
+                    processes.start_node(spec)
+            if options.host_agents:
+                processes.start(
+                    "agents",
+                    [
+                        executable("agent_host"),
+                        "--fleet",
+                        str(fleet_file),
+                        "--store-dir",
+                        str(store_dir),
+                    ],
+                )
+            print(
+                f"fleet up: {len(fleet.robots)} robots ({', '.join(r.id for r in fleet.robots)})"
+                f"; stores and logs in {store_dir}"
+            )
+            print("in another shell:")
+            print(f"  export ROS_DOMAIN_ID={domain_id} ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST")
+            print('  fleet-idem submit --robot amr_1 --type dock --payload \'{"dock": "D1"}\'')
+            print("  fleet-idem check --key <key printed by submit>")
+            print("Ctrl-C stops the fleet.", flush=True)
+            threading.Event().wait()  # until Ctrl-C or SIGTERM
+        finally:
+            processes.stop_all()
+    return 0
+
+
+def _client_command(options: argparse.Namespace) -> int:
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    rclpy.init()
+    client = FleetClient(name="fleet_idem_cli")
+    try:
+        if options.command == "submit":
+            key = options.key or str(uuid.uuid4())
+            submitted = client.submit(
+                options.client,
+                key,
+                options.robot,
+                options.command_type,
+                options.payload,
+                wait_timeout_s=options.wait,
+                deadline_s=options.wait + 30.0,
+            )
+            response = submitted.response
+            print(
+                json.dumps(
+                    {
+                        "key": key,
+                        "state": response.state,
+                        "status_code": response.status_code,
+                        "replayed": response.replayed,
+                        "result": _maybe_json(response.result_json),
+                        "message": response.message,
+                    },
+                    indent=2,
+                )
+            )
+            return 0 if response.status_code < 400 else 1
+        response = client.check(options.client, options.key)
+        print(
+            json.dumps(
+                {
+                    "found": response.found,
+                    "state": response.state,
+                    "status_code": response.status_code,
+                    "robot_id": response.robot_id,
+                    "command_type": response.command_type,
+                    "payload_sha256": response.payload_sha256,
+                    "result": _maybe_json(response.result_json),
+                    "message": response.message,
+                },
+                indent=2,
+            )
+        )
+        return 0 if response.found else 1
+    except NoAnswer as error:
+        print(
+            f"fleet-idem: {error} (is a fleet up in ROS_DOMAIN_ID="
+            f"{os.environ.get('ROS_DOMAIN_ID', '0')}?)",
+            file=sys.stderr,
+        )
+        return 3
+    finally:
+        client.close()
+        rclpy.try_shutdown()
+
+
+def _maybe_json(text: str) -> object:
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return text
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,423 @@
+"""``fleet-idem demo``: a simulated fleet doing real work while faults are injected.
+
+It starts the same nodes as ``fleet.launch.py`` (from ``launch_plan``) as plain
+processes, runs a warehouse mission through the orchestrator's API with one client
+worker per robot, and meanwhile drops results, duplicates deliveries, re-sends submits,
+reuses keys with other payloads, and kill -9s robots and the orchestrator. At the end
+it checks the invariants against the world's oracle, the event log and the stores,
+prints a report, and exits non-zero if any invariant broke.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import rclpy
+import yaml
+
+from fleet_idempotency.bringup import launch_plan
+from fleet_idempotency.dds_isolation import isolated_environment, lease_domain_id
+from fleet_idempotency.event_log import EventLogConfig, LmdbEventLog, replay
+from fleet_idempotency.fleet_client import FleetClient, NoAnswer
+from fleet_idempotency.fleet_config import FaultSettings, FleetConfig, load_fleet
+from fleet_idempotency.mission import MissionPlanner, PlannedCommand
+from fleet_idempotency.orchestrator_core import robot_key
+from fleet_idempotency.processes import FleetProcesses, executable
+from fleet_idempotency.report import RunFigures, check_invariants, render
+from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
+
+CLIENT_ID = "wms"
+FINAL = (State.COMPLETED, State.FAILED, State.INTERRUPTED)
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    fleet_file: Path
+    commands: int = 400
+    store_dir: Path | None = None
+    time_scale: float | None = None
+    host_agents: bool = False
+    faults: bool = True
+    drop_results: float = 0.2
+    duplicate_deliveries: float = 0.1
+    client_retries: float = 0.1
+    mismatch_every: int = 40
+    robot_crashes: int = 2
+    orchestrator_crashes: int = 1
+    seed: int = 1
+    # Short waits keep clients re-sending promptly while the orchestrator restarts.
+    wait_timeout_s: float = 5.0
+    progress_period_s: float = 2.0
+    keep_store: bool = False
+
+
+class Demo:
+    def __init__(self, options: DemoOptions, out: Callable[[str], None] = print) -> None:
+        self.options = options
+        self.out = out
+        self.rng = random.Random(options.seed)
+        self.figures = RunFigures(commands_planned=0)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._mission_keys: set[tuple[str, str]] = set()
+        self._done = 0
+        self._finished_for_misuse = 0
+        self._busy: dict[str, bool] = {}
+        self.store_dir = options.store_dir or Path(tempfile.mkdtemp(prefix="fleet-idem-demo-"))
+
+    # --- set-up -------------------------------------------------------------------------
+    def _effective_fleet(self) -> tuple[FleetConfig, Path]:
+        fleet = load_fleet(self.options.fleet_file)
+        options = self.options
+        faults = FaultSettings(
+            result_drop_probability=options.drop_results if options.faults else 0.0,
+            duplicate_delivery_probability=options.duplicate_deliveries if options.faults else 0.0,
+            seed=options.seed,
+        )
+        simulation = fleet.simulation
+        if options.time_scale is not None:
+            simulation = simulation.model_copy(update={"time_scale": options.time_scale})
+        fleet = fleet.model_copy(update={"faults": faults, "simulation": simulation})
+        path = self.store_dir / "fleet.yaml"
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(fleet.model_dump(mode="json"), sort_keys=False))
+        return fleet, path
+
+    def _start_fleet(self, processes: FleetProcesses, fleet: FleetConfig, fleet_file: Path) -> None:
+        plan = launch_plan(fleet, fleet_file=fleet_file, store_dir=self.store_dir)
+        for spec in plan:
+            if spec.executable == "agent_driver" and self.options.host_agents:
+                continue
+            processes.start_node(spec)
+        if self.options.host_agents:
+            processes.start(
+                "agents",
+                [
+                    executable("agent_host"),
+                    "--fleet",
+                    str(fleet_file),
+                    "--store-dir",
+                    str(self.store_dir),
+                ],
+            )
+
+    # --- run ----------------------------------------------------------------------------
+    def run(self) -> int:
+        fleet, fleet_file = self._effective_fleet()
+        self.figures.commands_planned = self.options.commands
+        planner = MissionPlanner(fleet, self.options.commands, self.rng)
+        self.out(
+            f"fleet_idempotency demo: {len(fleet.robots)} robots "
+            f"({', '.join(r.id for r in fleet.robots)}), {self.options.commands} commands, "
+            f"time scale {fleet.simulation.time_scale}, faults "
+            f"{'on' if self.options.faults else 'off'}; logs and stores in "
+            f"{self.store_dir}"
+        )
+        with lease_domain_id() as domain_id:
+            processes = FleetProcesses(self.store_dir / "logs", isolated_environment(domain_id))
+            context = rclpy.Context()
+            rclpy.init(context=context, domain_id=domain_id)
+            client: FleetClient | None = None
+            try:
+                self._start_fleet(processes, fleet, fleet_file)
+                client = FleetClient(context, "demo_client")
+                self._watch(client, fleet)
+                client.wait_for_services(timeout_s=90.0)
+                self._wait_for_robots(fleet, processes)
+                items_at_start = client.world_state()["items_total"]
+                started = time.monotonic()
+                self._run_mission(client, planner, fleet, processes)
+                self.figures.wall_s = time.monotonic() - started
+                self.figures.reconciliations = planner.reconciliations
+                world = client.world_state()
+            finally:
+                if client is not None:
+                    client.close()
+                context.try_shutdown()
+                exit_codes = processes.stop_all()
+        invariants = check_invariants(
+            world=world,
+            mission_keys=self._mission_keys,
+            items_at_start=items_at_start,
+            **self._audit_orchestrator(),
+            figures=self.figures,
+        )
+        self.out(render(self.figures, invariants, world))
+        crashed = {n: c for n, c in exit_codes.items() if c not in (0, None)}
+        if crashed:
+            self.out(f"note: processes that did not exit cleanly at the end: {crashed}")
+        if (
+            not self.options.keep_store
+            and self.options.store_dir is None
+            and all(inv.ok for inv in invariants)
+        ):
+            shutil.rmtree(self.store_dir, ignore_errors=True)
+        return 0 if all(inv.ok for inv in invariants) else 1
+
+    def _watch(self, client: FleetClient, fleet: FleetConfig) -> None:
+        def on_result(result: Any) -> None:
+            with self._lock:
+                if result.replayed:
+                    self.figures.results_seen["replayed"] += 1
+                if result.status_code in (409, 429):
+                    self.figures.results_seen[str(result.status_code)] += 1
+                if result.state == State.INTERRUPTED and not result.replayed:
+                    self.figures.results_seen["interrupted"] += 1
+
+        def on_event(event: Any) -> None:
+            with self._lock:
+                self.figures.events_seen[event.event_type] += 1
+
+        client.on_results(on_result)
+        client.on_events(on_event)
+        for robot in fleet.robots:
+            client.on_status(robot.id, lambda s: self._busy.__setitem__(s.robot_id, s.busy))
+
+    def _wait_for_robots(self, fleet: FleetConfig, processes: FleetProcesses) -> None:
+        deadline = time.monotonic() + 90.0
+        while len(self._busy) < len(fleet.robots):
+            dead = [n for n in processes.children if not processes.alive(n)]
+            if dead:
+                raise RuntimeError(
+                    f"{dead[0]} exited during start-up:\n{processes.log_tail(dead[0])}"
+                )
+            if time.monotonic() > deadline:
+                missing = sorted({r.id for r in fleet.robots} - set(self._busy))
+                raise RuntimeError(f"robots never reported status: {missing}")
+            self._stop.wait(0.1)
+
+    def _run_mission(
+        self,
+        client: FleetClient,
+        planner: MissionPlanner,
+        fleet: FleetConfig,
+        processes: FleetProcesses,
+    ) -> None:
+        planner_lock = threading.Lock()
+
+        def next_command(robot_id: str) -> PlannedCommand | None:
+            with planner_lock:
+                return planner.next_command(robot_id)
+
+        workers = [
+            threading.Thread(
+                target=self._worker,
+                name=f"client-{robot.id}",
+                daemon=True,
+                args=(client, planner, planner_lock, robot.id, next_command),
+            )
+            for robot in fleet.robots
+        ]
+        chaos = threading.Thread(target=self._chaos, args=(processes, fleet), daemon=True)
+        for worker in workers:
+            worker.start()
+        if self.options.faults:
+            chaos.start()
+        last_report = time.monotonic()
+        started = last_report
+        try:
+            while any(worker.is_alive() for worker in workers):
+                for worker in workers:
+                    worker.join(timeout=0.1)
+                if time.monotonic() - last_report >= self.options.progress_period_s:
+                    last_report = time.monotonic()
+                    self._progress(last_report - started)
+        finally:
+            self._stop.set()
+            if chaos.is_alive():
+                chaos.join(timeout=30)
+
+    def _progress(self, elapsed_s: float) -> None:
+        with self._lock:
+            events = self.figures.events_seen
+            self.out(
+                f"[{elapsed_s:6.1f}s] {self._done}/{self.options.commands} final | "
+                f"dispatched {events['dispatched']} retried {events['retried']} "
+                f"dup-suppressed {events['duplicate_suppressed']} | crashes: robots "
+                f"{self.figures.robot_crashes}, orchestrator {self.figures.orchestrator_crashes}"
+            )
+
+    # --- client workers -----------------------------------------------------------------
+    def _worker(
+        self,
+        client: FleetClient,
+        planner: MissionPlanner,
+        planner_lock: threading.Lock,
+        robot_id: str,
+        next_command: Callable[[str], PlannedCommand | None],
+    ) -> None:
+        while not self._stop.is_set():
+            command = next_command(robot_id)
+            if command is None:
+                return
+            with self._lock:
+                self._mission_keys.add((robot_id, robot_key(CLIENT_ID, command.key)))
+            try:
+                response = self._until_final(client, command)
+            except NoAnswer as error:
+                with self._lock:
+                    self.figures.unexpected.append(f"{command.key}: {error}")
+                continue
+            with self._lock:
+                self._done += 1
+            state = State(response.state)
+            if state == State.COMPLETED:
+                with planner_lock:
+                    planner.completed(command, json.loads(response.result_json or "{}"))
+            elif state == State.FAILED:
+                with self._lock:
+                    self.figures.failures.append(f"{command.purpose}: {response.result_json}")
+            elif state not in FINAL:
+                with self._lock:
+                    self.figures.unexpected.append(
+                        f"{command.purpose}: {response.status_code} {response.message}"
+                    )
+            if planner.needs_reconciliation(command, state):
+                world = client.world_state()
+                with planner_lock:
+                    planner.reconcile(robot_id, world)
+            self._maybe_retry_and_misuse(client, command, response)
+
+    def _until_final(self, client: FleetClient, command: PlannedCommand) -> Any:
+        started = time.monotonic()
+        while True:
+            submitted = client.submit(
+                CLIENT_ID,
+                command.key,
+                command.robot_id,
+                command.command_type,
+                command.payload,
+                wait_timeout_s=self.options.wait_timeout_s,
+            )
+            response = submitted.response
+            with self._lock:
+                self.figures.submit_calls += submitted.calls
+                self.figures.client_resubmits += submitted.calls - 1
+                self.figures.answer_codes[response.status_code] += 1
+            if response.status_code in (202, 409):
+                continue  # not final within the wait: ask again with the same key
+            if response.status_code == 429:
+                self._stop.wait(0.2)
+                continue
+            with self._lock:
+                self.figures.latencies_s.append(time.monotonic() - started)
+                self.figures.final_states[State(response.state).name] += 1
+            return response
+
+    def _maybe_retry_and_misuse(
+        self, client: FleetClient, command: PlannedCommand, final: Any
+    ) -> None:
+        if not self.options.faults:
+            return
+        if self.rng.random() < self.options.client_retries:
+            # The client lost our answer and retries: the same key must replay, not re-run.
+            again = client.submit(
+                CLIENT_ID, command.key, command.robot_id, command.command_type, command.payload
+            ).response
+            same = (
+                again.replayed
+                and again.status_code == final.status_code
+                and again.result_json == final.result_json
+            )
+            with self._lock:
+                self.figures.submit_calls += 1
+                self.figures.replays_verified += int(same)
+                self.figures.replay_mismatches += int(not same)
+        with self._lock:
+            self._finished_for_misuse += 1
+            misuse = (
+                self.options.mismatch_every > 0
+                and self._finished_for_misuse % self.options.mismatch_every == 0
+            )
+        if misuse:
+            # A client bug: the key of a finished command reused for another, valid command.
+            answer = client.submit(
+                CLIENT_ID,
+                command.key,
+                command.robot_id,
+                command.command_type,
+                _different_payload(command),
+            ).response
+            with self._lock:
+                self.figures.mismatches_injected += 1
+                self.figures.mismatches_rejected += int(answer.status_code == 422)
+
+    # --- chaos --------------------------------------------------------------------------
+    def _chaos(self, processes: FleetProcesses, fleet: FleetConfig) -> None:
+        total = self.options.commands
+        plan: list[tuple[float, str]] = []
+        for index in range(self.options.robot_crashes):
+            plan.append(((index + 1) / (self.options.robot_crashes + 1), "robot"))
+        for index in range(self.options.orchestrator_crashes):
+            plan.append(((index + 0.6) / (self.options.orchestrator_crashes + 1), "orchestrator"))
+        for fraction, target in sorted(plan):
+            while self._done < fraction * total:
+                if self._stop.wait(0.05):
+                    return
+            if target == "orchestrator":
+                name = "orchestrator"
+            elif self.options.host_agents:
+                name = "agents"
+            else:
+                name = self._busy_robot(fleet)
+            self.out(f"  !! kill -9 {name}")
+            processes.crash(name)
+            with self._lock:
+                if target == "orchestrator":
+                    self.figures.orchestrator_crashes += 1
+                else:
+                    self.figures.robot_crashes += 1
+            self._stop.wait(0.5)
+            processes.restart(name)
+            self.out(f"  !! restarted {name}")
+
+    def _busy_robot(self, fleet: FleetConfig) -> str:
+        busy = [robot.id for robot in fleet.robots if self._busy.get(robot.id)]
+        # A busy forklift makes the most interesting victim: a pick cut in half.
+        forklifts = [robot_id for robot_id in busy if robot_id.startswith("forklift")]
+        choice = self.rng.choice(forklifts or busy or [r.id for r in fleet.robots])
+        return f"agent_{choice}"
+
+    # --- audit --------------------------------------------------------------------------
+    def _audit_orchestrator(self) -> dict[str, Any]:
+        root = self.store_dir / "orchestrator"
+        with LmdbEventLog(EventLogConfig(path=root / "events"), readonly=True) as log:
+            events = list(log.read())
+        state = replay(events)
+        mismatches, unfinished = [], []
+        config = StoreConfig(path=root / "keys")
+        with IdempotencyStore.open(config, readonly=True) as store:
+            for record in store.iter_records():
+                if record.state.is_in_flight:
+                    unfinished.append(record.key)
+                view = state.keys.get((record.scope, record.key))
+                if view is None or (view.state, view.status_code) != (
+                    record.state,
+                    record.status_code,
+                ):
+                    mismatches.append(record.key)
+        return {
+            "event_identities": [event.identity for event in events],
+            "replay_mismatches": mismatches,
+            "unfinished_keys": unfinished,
+        }
+
+
+def _different_payload(command: PlannedCommand) -> dict[str, Any]:
+    """A valid payload for the same command type that differs from the original."""
+    payload = dict(command.payload)
+    for field_name in ("waypoint", "slot", "dock"):
+        if field_name in payload:
+            payload[field_name] = f"{payload[field_name]}X"
+            return payload
+    payload["x"] = float(payload["x"]) + 1.0
+    return payload

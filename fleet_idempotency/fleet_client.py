@@ -1,0 +1,141 @@
+"""A client of the fleet's API, as a warehouse system would use it.
+
+Calls are retried with the *same* idempotency key whenever no answer arrives in time
+(the orchestrator restarting, a lost reply): that is the retry this package makes safe.
+Thread-safe: many worker threads may submit at once; one executor thread spins.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import rclpy
+from rclpy.context import Context
+from rclpy.executors import MultiThreadedExecutor
+
+from fleet_idempotency.msg import CommandResult, FleetEvent, RobotStatus
+from fleet_idempotency.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
+from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
+
+
+class NoAnswer(TimeoutError):
+    """The service did not answer within the overall deadline, re-sends included."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    response: SubmitCommand.Response
+    calls: int  # how many times the request was sent (1 + client-side re-sends)
+    seconds: float
+
+
+class FleetClient:
+    def __init__(self, context: Context | None = None, name: str = "fleet_client") -> None:
+        self.context = context or rclpy.get_default_context()
+        self.node = rclpy.create_node(name, context=self.context)
+        self._submit = self.node.create_client(
+            SubmitCommand, "/fleet/submit_command", qos_profile=SERVICE_QOS
+        )
+        self._check = self.node.create_client(CheckKey, "/fleet/check_key", qos_profile=SERVICE_QOS)
+        self._world = self.node.create_client(
+            GetWorldState, "/world/state", qos_profile=SERVICE_QOS
+        )
+        self._executor = MultiThreadedExecutor(num_threads=4, context=self.context)
+        self._executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._spin, name="fleet-client", daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        try:
+            self._executor.spin()
+        except Exception:  # context shut down: nothing left to serve
+            return
+
+    def close(self) -> None:
+        self._executor.shutdown(timeout_sec=2.0)
+        self.node.destroy_node()
+
+    # --- subscriptions ----------------------------------------------------------------------
+    def on_results(self, callback: Callable[[CommandResult], None]) -> None:
+        self.node.create_subscription(CommandResult, "/fleet/results", callback, RELIABLE_TOPIC_QOS)
+
+    def on_events(self, callback: Callable[[FleetEvent], None]) -> None:
+        self.node.create_subscription(FleetEvent, "/fleet/events", callback, RELIABLE_TOPIC_QOS)
+
+    def on_status(self, robot_id: str, callback: Callable[[RobotStatus], None]) -> None:
+        self.node.create_subscription(RobotStatus, f"/fleet/{robot_id}/status", callback, 10)
+
+    # --- calls ------------------------------------------------------------------------------
+    def _call(
+        self, client: Any, request: Any, *, patience_s: float, deadline_s: float
+    ) -> tuple[Any, int]:
+        """Send ``request``; re-send it every ``patience_s`` without an answer."""
+        answered = threading.Event()
+        futures: list[Any] = []
+        give_up = time.monotonic() + deadline_s
+        while True:
+            if client.service_is_ready():
+                future = client.call_async(request)
+                future.add_done_callback(lambda _f: answered.set())
+                futures.append(future)
+            if answered.wait(min(patience_s, max(0.0, give_up - time.monotonic()))):
+                done = next(f for f in futures if f.done())
+                for future in futures:
+                    if not future.done():
+                        client.remove_pending_request(future)
+                return done.result(), len(futures)
+            if time.monotonic() >= give_up:
+                for future in futures:
+                    client.remove_pending_request(future)
+                raise NoAnswer(
+                    f"no answer from {client.srv_name} after {deadline_s:.0f} s "
+                    f"({len(futures)} sends)"
+                )
+
+    def submit(
+        self,
+        client_id: str,
+        key: str,
+        robot_id: str,
+        command_type: str,
+        payload: dict[str, Any] | str,
+        *,
+        wait_timeout_s: float = 0.0,
+        patience_s: float = 5.0,
+        deadline_s: float = 120.0,
+    ) -> Submitted:
+        payload_json = payload if isinstance(payload, str) else json.dumps(payload)
+        request = SubmitCommand.Request(
+            client_id=client_id,
+            idempotency_key=key,
+            robot_id=robot_id,
+            command_type=command_type,
+            payload_json=payload_json,
+            wait_timeout_sec=float(wait_timeout_s),
+        )
+        started = time.monotonic()
+        response, calls = self._call(
+            self._submit, request, patience_s=wait_timeout_s + patience_s, deadline_s=deadline_s
+        )
+        return Submitted(response, calls, time.monotonic() - started)
+
+    def check(self, client_id: str, key: str, *, deadline_s: float = 30.0) -> Any:
+        request = CheckKey.Request(client_id=client_id, idempotency_key=key)
+        return self._call(self._check, request, patience_s=3.0, deadline_s=deadline_s)[0]
+
+    def world_state(self, *, deadline_s: float = 30.0) -> dict[str, Any]:
+        response = self._call(
+            self._world, GetWorldState.Request(), patience_s=3.0, deadline_s=deadline_s
+        )[0]
+        state: dict[str, Any] = json.loads(response.state_json)
+        return state
+
+    def wait_for_services(self, timeout_s: float = 60.0) -> None:
+        """Block until the orchestrator and the world answer (not merely appear)."""
+        self.check("fleet_client", "readiness-probe", deadline_s=timeout_s)
+        self.world_state(deadline_s=timeout_s)

@@ -1,0 +1,69 @@
+"""The shared ``main()`` body of this package's node executables.
+
+Shutdown on SIGINT/SIGTERM is the normal way these nodes end: rclpy shuts the context
+down from its signal handler, and the executor then raises ExternalShutdownException, or,
+when the signal lands while a wait set is being built, an RCLError about the invalid
+context. Both are a clean exit; any error while the context is still valid is not.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+import rclpy
+from pydantic import ValidationError
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+
+from fleet_idempotency.event_log import EventLogError
+from fleet_idempotency.fleet_config import FleetConfigError
+from fleet_idempotency.store import StoreError
+from fleet_idempotency.world_link_ros import WorldUnavailable
+
+# Errors a user can fix (a bad fleet file, a store from elsewhere, no world simulator):
+# reported as one clear line, not a traceback.
+STARTUP_ERRORS = (
+    FleetConfigError,
+    StoreError,
+    EventLogError,
+    WorldUnavailable,
+    ValidationError,
+    ValueError,
+)
+
+
+def run_nodes(
+    name: str,
+    make_nodes: Callable[[], Sequence[Node]],
+    *,
+    threads: int = 4,
+    args: list[str] | None = None,
+) -> None:
+    rclpy.init(args=args)
+    nodes: Sequence[Node] = []
+    try:
+        try:
+            nodes = make_nodes()
+        except STARTUP_ERRORS as error:
+            print(f"{name}: cannot start: {error}", file=sys.stderr)
+            raise SystemExit(1) from None
+        executor = MultiThreadedExecutor(num_threads=threads)
+        for node in nodes:
+            executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception:
+        if rclpy.ok():
+            raise
+    finally:
+        # A second signal during shutdown must not interrupt closing the stores.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for node in nodes:
+            shutdown = getattr(node, "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+            node.destroy_node()
+        rclpy.try_shutdown()
