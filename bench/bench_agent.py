@@ -27,6 +27,7 @@ from rclpy.executors import SingleThreadedExecutor
 
 from fleet_idempotency.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.msg import CommandResult, FleetCommand
+from fleet_idempotency.report import percentile
 
 BIN = Path(sys.prefix) / "bin"
 FLEET_FILE = Path(__file__).resolve().parents[1] / "config" / "fleet.yaml"
@@ -34,6 +35,7 @@ ECHO = """
 import rclpy
 from rclpy.executors import ExternalShutdownException
 from fleet_idempotency.msg import CommandResult, FleetCommand
+from fleet_idempotency.report import percentile
 rclpy.init()
 node = rclpy.create_node("echo")
 results = node.create_publisher(CommandResult, "/fleet/results", 256)
@@ -46,11 +48,6 @@ try:
 except (KeyboardInterrupt, ExternalShutdownException):
     pass
 """
-
-
-def percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 class Client:

@@ -24,6 +24,7 @@ def main() -> int:
     parser.add_argument("--commands", type=int, default=10_000)
     parser.add_argument("--drop-results", type=float, default=0.25)
     parser.add_argument("--duplicate-deliveries", type=float, default=0.1)
+    parser.add_argument("--reordered-deliveries", type=float, default=0.1)
     parser.add_argument("--time-scale", type=float, default=0.002)
     parser.add_argument("--robot-crashes", type=int, default=6)
     parser.add_argument("--orchestrator-crashes", type=int, default=3)
@@ -38,6 +39,7 @@ def main() -> int:
             host_agents=options.host_agents,
             drop_results=options.drop_results,
             duplicate_deliveries=options.duplicate_deliveries,
+            reordered_deliveries=options.reordered_deliveries,
             robot_crashes=options.robot_crashes,
             orchestrator_crashes=options.orchestrator_crashes,
             seed=options.seed,

@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from fleet_idempotency.commands import InvalidCommand, check_capability, parse_payload
+from fleet_idempotency.commands import InvalidCommand, parse_payload, validate_command
 from fleet_idempotency.dedup_window import RecentDeliveries
 from fleet_idempotency.protocol import (
     BAD_REQUEST,
@@ -201,11 +201,12 @@ class AgentCore:
             raise InvalidCommand(
                 "robot_id", f"command for {delivery.robot_id!r} delivered to {self.robot_id!r}"
             )
-        size, limit = len(delivery.payload_json.encode()), self.store.config.max_payload_bytes
-        if size > limit:  # checked before parsing: never spend time on a huge payload
-            raise InvalidCommand("payload_json", f"{size} bytes exceeds the {limit}-byte limit")
-        payload = parse_payload(delivery.command_type, delivery.payload_json)
-        check_capability(self.backend.robot_type, delivery.command_type)
+        payload = validate_command(
+            self.backend.robot_type,
+            delivery.command_type,
+            delivery.payload_json,
+            max_payload_bytes=self.store.config.max_payload_bytes,
+        )
         return Command(
             robot_id=self.robot_id,
             key=delivery.key,

@@ -115,6 +115,7 @@ def launch_plan(
                     "offline_after_s": orchestrator.offline_after_s,
                     "retention_s": orchestrator.retention_s,
                     "duplicate_delivery_probability": fleet.faults.duplicate_delivery_probability,
+                    "reorder_delivery_probability": fleet.faults.reorder_delivery_probability,
                     "seed": fleet.faults.seed,
                 },
             )

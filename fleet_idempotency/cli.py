@@ -29,7 +29,7 @@ from fleet_idempotency.dds_isolation import isolated_environment, lease_domain_i
 from fleet_idempotency.demo import Demo, DemoOptions
 from fleet_idempotency.fleet_client import FleetClient, NoAnswer
 from fleet_idempotency.fleet_config import FleetConfigError, load_fleet
-from fleet_idempotency.processes import FleetProcesses, executable
+from fleet_idempotency.processes import FleetProcesses
 from fleet_idempotency.resources import default_fleet_file
 
 
@@ -68,7 +68,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.2,
         help="fraction of robot results lost on the way back",
     )
-    demo.add_argument("--duplicate-deliveries", type=float, default=0.1)
+    demo.add_argument(
+        "--duplicate-deliveries",
+        type=float,
+        default=0.1,
+        help="fraction of deliveries to robots sent twice",
+    )
+    demo.add_argument(
+        "--reordered-deliveries",
+        type=float,
+        default=0.1,
+        help="fraction of deliveries held back and sent after newer ones",
+    )
     demo.add_argument(
         "--client-retries",
         type=float,
@@ -141,6 +152,7 @@ def _demo(options: argparse.Namespace) -> int:
             faults=not options.no_faults,
             drop_results=options.drop_results,
             duplicate_deliveries=options.duplicate_deliveries,
+            reordered_deliveries=options.reordered_deliveries,
             client_retries=options.client_retries,
             robot_crashes=options.robot_crashes,
             orchestrator_crashes=options.orchestrator_crashes,
@@ -165,20 +177,12 @@ def _up(options: argparse.Namespace) -> int:
                 store_dir=store_dir,
                 time_scale=time_scale_for_speed(options.speed),
             )
-            for spec in plan:
-                if not (options.host_agents and spec.executable == "agent_driver"):
-                    processes.start_node(spec)
-            if options.host_agents:
-                processes.start(
-                    "agents",
-                    [
-                        executable("agent_host"),
-                        "--fleet",
-                        str(fleet_file),
-                        "--store-dir",
-                        str(store_dir),
-                    ],
-                )
+            processes.start_plan(
+                plan,
+                fleet_file=Path(fleet_file),
+                store_dir=store_dir,
+                host_agents=options.host_agents,
+            )
             print(
                 f"fleet up: {len(fleet.robots)} robots ({', '.join(r.id for r in fleet.robots)})"
                 f"; stores and logs in {store_dir}"

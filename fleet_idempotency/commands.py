@@ -127,3 +127,17 @@ def check_capability(robot_type: str, command_type: str) -> None:
             "command_type",
             f"a {robot_type} cannot {command_type} (it supports: {', '.join(sorted(supported))})",
         )
+
+
+def validate_command(
+    robot_type: str, command_type: str, payload_json: str, *, max_payload_bytes: int
+) -> Payload:
+    """Everything a command can get wrong before it is stored: size, payload, capability."""
+    size = len(payload_json.encode())
+    if size > max_payload_bytes:  # checked before parsing: never spend time on a huge payload
+        raise InvalidCommand(
+            "payload_json", f"{size} bytes exceeds the {max_payload_bytes}-byte limit"
+        )
+    payload = parse_payload(command_type, payload_json)
+    check_capability(robot_type, command_type)
+    return payload

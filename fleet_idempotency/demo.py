@@ -26,12 +26,12 @@ import yaml
 
 from fleet_idempotency.bringup import launch_plan
 from fleet_idempotency.dds_isolation import isolated_environment, lease_domain_id
-from fleet_idempotency.event_log import EventLogConfig, LmdbEventLog, replay
+from fleet_idempotency.events import EventLogConfig, LmdbEventLog, replay
 from fleet_idempotency.fleet_client import FleetClient, NoAnswer
 from fleet_idempotency.fleet_config import FaultSettings, FleetConfig, load_fleet
 from fleet_idempotency.mission import MissionPlanner, PlannedCommand
 from fleet_idempotency.orchestrator_core import robot_key
-from fleet_idempotency.processes import FleetProcesses, executable
+from fleet_idempotency.processes import FleetProcesses
 from fleet_idempotency.report import RunFigures, check_invariants, render
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 
@@ -49,6 +49,7 @@ class DemoOptions:
     faults: bool = True
     drop_results: float = 0.2
     duplicate_deliveries: float = 0.1
+    reordered_deliveries: float = 0.1
     client_retries: float = 0.1
     mismatch_every: int = 40
     robot_crashes: int = 2
@@ -81,6 +82,7 @@ class Demo:
         faults = FaultSettings(
             result_drop_probability=options.drop_results if options.faults else 0.0,
             duplicate_delivery_probability=options.duplicate_deliveries if options.faults else 0.0,
+            reorder_delivery_probability=options.reordered_deliveries if options.faults else 0.0,
             seed=options.seed,
         )
         simulation = fleet.simulation
@@ -91,24 +93,6 @@ class Demo:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(fleet.model_dump(mode="json"), sort_keys=False))
         return fleet, path
-
-    def _start_fleet(self, processes: FleetProcesses, fleet: FleetConfig, fleet_file: Path) -> None:
-        plan = launch_plan(fleet, fleet_file=fleet_file, store_dir=self.store_dir)
-        for spec in plan:
-            if spec.executable == "agent_driver" and self.options.host_agents:
-                continue
-            processes.start_node(spec)
-        if self.options.host_agents:
-            processes.start(
-                "agents",
-                [
-                    executable("agent_host"),
-                    "--fleet",
-                    str(fleet_file),
-                    "--store-dir",
-                    str(self.store_dir),
-                ],
-            )
 
     # --- run ----------------------------------------------------------------------------
     def run(self) -> int:
@@ -128,7 +112,12 @@ class Demo:
             rclpy.init(context=context, domain_id=domain_id)
             client: FleetClient | None = None
             try:
-                self._start_fleet(processes, fleet, fleet_file)
+                processes.start_plan(
+                    launch_plan(fleet, fleet_file=fleet_file, store_dir=self.store_dir),
+                    fleet_file=fleet_file,
+                    store_dir=self.store_dir,
+                    host_agents=self.options.host_agents,
+                )
                 client = FleetClient(context, "demo_client")
                 self._watch(client, fleet)
                 client.wait_for_services(timeout_s=90.0)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .event_log import (
+from fleet_idempotency.events import (
     EventLogConfig,
     EventLogError,
     EventType,

@@ -72,6 +72,7 @@ class FaultSettings(_Section):
 
     result_drop_probability: float = Field(default=0.0, ge=0, le=0.9)
     duplicate_delivery_probability: float = Field(default=0.0, ge=0, le=1)
+    reorder_delivery_probability: float = Field(default=0.0, ge=0, le=1)
     seed: int = 0
 
 

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
-from fleet_idempotency.event_log import EventLogError
+from fleet_idempotency.events import EventLogError
 from fleet_idempotency.fleet_config import FleetConfigError
 from fleet_idempotency.store import StoreError
 from fleet_idempotency.world_link_ros import WorldUnavailable

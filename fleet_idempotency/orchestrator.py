@@ -17,12 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from builtin_interfaces.msg import Time
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
 
-from fleet_idempotency.event_log import EventLogConfig, FleetEventRecord, LmdbEventLog
+from fleet_idempotency.events import EventLogConfig, FleetEventRecord, LmdbEventLog
 from fleet_idempotency.fleet_config import load_fleet
 from fleet_idempotency.msg import CommandResult, FleetCommand, FleetEvent, RobotStatus
 from fleet_idempotency.node_main import run_nodes
@@ -32,10 +32,11 @@ from fleet_idempotency.orchestrator_core import (
     SubmitAnswer,
     SubmitRequest,
 )
-from fleet_idempotency.protocol import CONFLICT, Answer, KeyStatus
-from fleet_idempotency.qos import SERVICE_QOS
+from fleet_idempotency.protocol import CONFLICT, Delivery, KeyStatus
+from fleet_idempotency.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
 from fleet_idempotency.resources import default_fleet_file
 from fleet_idempotency.ros_convert import (
+    answer_from_msg,
     delivery_to_msg,
     epoch_to_time,
     fill_check_key_response,
@@ -43,7 +44,6 @@ from fleet_idempotency.ros_convert import (
 from fleet_idempotency.srv import CheckKey, SubmitCommand
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 
-RELIABLE = QoSProfile(depth=1024, reliability=ReliabilityPolicy.RELIABLE)
 ROBOT_CHECK_TIMEOUT_S = 2.0
 # A submit that waits for its final result holds an executor thread for the whole wait
 # (rclpy's service callbacks must return the response, and its coroutine tasks busy-poll).
@@ -74,9 +74,11 @@ class Orchestrator(Node):
             )
         )
         self.events = LmdbEventLog(EventLogConfig(path=root / "events", durable=p["durable"]))
-        self._events_pub = self.create_publisher(FleetEvent, "/fleet/events", RELIABLE)
+        self._events_pub = self.create_publisher(FleetEvent, "/fleet/events", RELIABLE_TOPIC_QOS)
         self._rng = random.Random(p["seed"] or None)
         self._duplicate_probability = float(p["duplicate_delivery_probability"])
+        self._reorder_probability = float(p["reorder_delivery_probability"])
+        self._held_back: list[Delivery] = []
         self.core = OrchestratorCore(
             fleet=fleet,
             store=self.store,
@@ -134,7 +136,7 @@ class Orchestrator(Node):
         )
         self._commands = {
             spec.id: self._command_side.create_publisher(
-                FleetCommand, f"/fleet/{spec.id}/commands", RELIABLE
+                FleetCommand, f"/fleet/{spec.id}/commands", RELIABLE_TOPIC_QOS
             )
             for spec in fleet.robots
         }
@@ -151,7 +153,7 @@ class Orchestrator(Node):
             CommandResult,
             "/fleet/results",
             self._on_result,
-            RELIABLE,
+            RELIABLE_TOPIC_QOS,
             callback_group=MutuallyExclusiveCallbackGroup(),
         )
         timers = MutuallyExclusiveCallbackGroup()
@@ -179,6 +181,7 @@ class Orchestrator(Node):
             "gc_period_s": 60.0,
             # Fault injection for tests and demos: deliver a fraction of commands twice.
             "duplicate_delivery_probability": 0.0,
+            "reorder_delivery_probability": 0.0,
             "seed": 0,
         }
         return {
@@ -265,30 +268,27 @@ class Orchestrator(Node):
     # --- traffic ----------------------------------------------------------------------------
     def _tick(self) -> None:
         stamp = self.get_clock().now().to_msg()
+        late, self._held_back = self._held_back, []
         for delivery in self.core.tick():
-            message = delivery_to_msg(delivery, stamp)
-            publisher = self._commands[delivery.robot_id]
-            publisher.publish(message)
-            if self._duplicate_probability and self._rng.random() < self._duplicate_probability:
-                publisher.publish(message)
-                self.core.counters["injected_duplicate_deliveries"] += 1
+            if self._reorder_probability and self._rng.random() < self._reorder_probability:
+                # Fault injection: sent on the next tick, after fresher deliveries.
+                self._held_back.append(delivery)
+                self.core.counters["injected_reordered_deliveries"] += 1
+                continue
+            self._send(delivery, stamp)
+        for delivery in late:
+            self._send(delivery, stamp)
+
+    def _send(self, delivery: Delivery, stamp: Time) -> None:
+        message = delivery_to_msg(delivery, stamp)
+        publisher = self._commands[delivery.robot_id]
+        publisher.publish(message)
+        if self._duplicate_probability and self._rng.random() < self._duplicate_probability:
+            publisher.publish(message)  # fault injection: the same delivery twice
+            self.core.counters["injected_duplicate_deliveries"] += 1
 
     def _on_result(self, message: CommandResult) -> None:
-        self.core.on_result(
-            Answer(
-                key=message.idempotency_key,
-                client_id=message.client_id,
-                robot_id=message.robot_id,
-                command_type=message.command_type,
-                state=State(message.state),
-                status_code=message.status_code,
-                replayed=message.replayed,
-                result_json=message.result_json,
-                message=message.message,
-                payload_sha256=message.payload_sha256,
-                attempt=message.attempt,
-            )
-        )
+        self.core.on_result(answer_from_msg(message))
 
     def _on_status(self, message: RobotStatus) -> None:
         self.core.on_status(message.robot_id, message.queue_depth, message.capacity)

@@ -29,8 +29,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fleet_idempotency.commands import InvalidCommand, check_capability, parse_payload
-from fleet_idempotency.event_log import EventLog, EventType, FleetEventRecord, replay
+from fleet_idempotency.commands import InvalidCommand, validate_command
+from fleet_idempotency.events import EventLog, EventType, FleetEventRecord, replay
 from fleet_idempotency.fleet_config import FleetConfig
 from fleet_idempotency.protocol import (
     ACCEPTED,
@@ -312,11 +312,12 @@ class OrchestratorCore:
         if robot is None:
             known = ", ".join(sorted(self._robots)) or "none"
             raise InvalidCommand("robot_id", f"unknown robot {request.robot_id!r} (fleet: {known})")
-        size, limit = len(request.payload_json.encode()), self.store.config.max_payload_bytes
-        if size > limit:
-            raise InvalidCommand("payload_json", f"{size} bytes exceeds the {limit}-byte limit")
-        parse_payload(request.command_type, request.payload_json)
-        check_capability(robot.robot_type, request.command_type)
+        validate_command(
+            robot.robot_type,
+            request.command_type,
+            request.payload_json,
+            max_payload_bytes=self.store.config.max_payload_bytes,
+        )
 
     def _queue_full(self, robot: _Robot) -> bool:
         with self._lock:

@@ -64,6 +64,26 @@ class FleetProcesses:
             name or _process_name(spec), [executable(spec.executable), *spec.ros_arguments()]
         )
 
+    def start_plan(
+        self, plan: list[NodeSpec], *, fleet_file: Path, store_dir: Path, host_agents: bool = False
+    ) -> None:
+        """Start every node of ``plan``; with ``host_agents``, all agents in one process
+        named "agents" (each still with its own store)."""
+        for spec in plan:
+            if not (host_agents and spec.executable == "agent_driver"):
+                self.start_node(spec)
+        if host_agents:
+            self.start(
+                "agents",
+                [
+                    executable("agent_host"),
+                    "--fleet",
+                    str(fleet_file),
+                    "--store-dir",
+                    str(store_dir),
+                ],
+            )
+
     def crash(self, name: str) -> None:
         """kill -9, as a power cut or a segfault would."""
         child = self.children[name]

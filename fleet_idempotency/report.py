@@ -39,7 +39,6 @@ class RunFigures:
     reconciliations: int = 0
     unexpected: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
     results_seen: Counter[str] = field(default_factory=Counter)
     events_seen: Counter[str] = field(default_factory=Counter)
     wall_s: float = 0.0
@@ -164,7 +163,8 @@ def render(figures: RunFigures, invariants: list[Invariant], world: dict[str, An
         f"robots answered     replays {figures.results_seen['replayed']}, in progress (409) "
         f"{figures.results_seen['409']}, busy (429) {figures.results_seen['429']}, "
         f"interrupted {figures.results_seen['interrupted']}",
-        f"faults injected     robot crashes {figures.robot_crashes}, orchestrator crashes "
+        f"faults injected     results dropped, deliveries duplicated and reordered at the "
+        f"configured rates; robot crashes {figures.robot_crashes}, orchestrator crashes "
         f"{figures.orchestrator_crashes}, mismatching reuses {figures.mismatches_injected}",
         f"reconciliations     {figures.reconciliations} (after interrupted or refused pick/place)",
         f"world oracle        {keys_with_effects} keys acted, max side effects per key "

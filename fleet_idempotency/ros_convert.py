@@ -9,15 +9,12 @@ from builtin_interfaces.msg import Time
 from fleet_idempotency.msg import CommandResult, FleetCommand
 from fleet_idempotency.protocol import Answer, Delivery, KeyStatus
 from fleet_idempotency.srv import CheckKey
+from fleet_idempotency.store import State
 
 
 def epoch_to_time(seconds: float) -> Time:
     whole = math.floor(seconds)
     return Time(sec=int(whole), nanosec=int((seconds - whole) * 1e9))
-
-
-def time_to_epoch(stamp: Time) -> float:
-    return float(stamp.sec) + stamp.nanosec / 1e9
 
 
 def delivery_from_msg(message: FleetCommand) -> Delivery:
@@ -59,6 +56,22 @@ def answer_to_msg(answer: Answer, stamp: Time) -> CommandResult:
         payload_sha256=answer.payload_sha256,
         attempt=answer.attempt,
         stamp=stamp,
+    )
+
+
+def answer_from_msg(message: CommandResult) -> Answer:
+    return Answer(
+        key=message.idempotency_key,
+        client_id=message.client_id,
+        robot_id=message.robot_id,
+        command_type=message.command_type,
+        state=State(message.state),
+        status_code=message.status_code,
+        replayed=message.replayed,
+        result_json=message.result_json,
+        message=message.message,
+        payload_sha256=message.payload_sha256,
+        attempt=message.attempt,
     )
 
 

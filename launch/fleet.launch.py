@@ -10,17 +10,17 @@ empty keeps the fleet file's ``simulation.time_scale``. The node list comes from
 
 from pathlib import Path
 
-from launch import LaunchContext, LaunchDescription
+from launch import Action, LaunchContext, LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
 
-from fleet_idempotency.bringup import launch_plan, parameters_as_launch, time_scale_for_speed
+from fleet_idempotency.bringup import launch_plan, time_scale_for_speed
 from fleet_idempotency.fleet_config import load_fleet
+from fleet_idempotency.launch_nodes import launch_nodes
 from fleet_idempotency.resources import default_fleet_file
 
 
-def _nodes(context: LaunchContext) -> list[Node]:
+def _nodes(context: LaunchContext) -> list[Action]:
     fleet_file = Path(LaunchConfiguration("fleet").perform(context)).expanduser()
     store_dir = Path(LaunchConfiguration("store_dir").perform(context)).expanduser()
     speed = LaunchConfiguration("speed").perform(context)
@@ -30,17 +30,7 @@ def _nodes(context: LaunchContext) -> list[Node]:
         store_dir=store_dir,
         time_scale=time_scale_for_speed(speed),
     )
-    return [
-        Node(
-            package=spec.package,
-            executable=spec.executable,
-            name=spec.name,
-            namespace=spec.namespace,
-            parameters=parameters_as_launch(spec),
-            output="screen",
-        )
-        for spec in plan
-    ]
+    return launch_nodes(plan)
 
 
 def generate_launch_description() -> LaunchDescription:

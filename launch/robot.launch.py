@@ -9,17 +9,17 @@ file, through the same ``fleet_idempotency.bringup`` function the fleet launch u
 
 from pathlib import Path
 
-from launch import LaunchContext, LaunchDescription
+from launch import Action, LaunchContext, LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
 
-from fleet_idempotency.bringup import launch_plan, parameters_as_launch, time_scale_for_speed
+from fleet_idempotency.bringup import launch_plan, time_scale_for_speed
 from fleet_idempotency.fleet_config import load_fleet
+from fleet_idempotency.launch_nodes import launch_nodes
 from fleet_idempotency.resources import default_fleet_file
 
 
-def _agent(context: LaunchContext) -> list[Node]:
+def _agent(context: LaunchContext) -> list[Action]:
     fleet_file = Path(LaunchConfiguration("fleet").perform(context)).expanduser()
     plan = launch_plan(
         load_fleet(fleet_file),
@@ -30,17 +30,7 @@ def _agent(context: LaunchContext) -> list[Node]:
         with_orchestrator=False,
         with_world=False,
     )
-    return [
-        Node(
-            package=spec.package,
-            executable=spec.executable,
-            name=spec.name,
-            namespace=spec.namespace,
-            parameters=parameters_as_launch(spec),
-            output="screen",
-        )
-        for spec in plan
-    ]
+    return launch_nodes(plan)
 
 
 def generate_launch_description() -> LaunchDescription:

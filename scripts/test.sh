@@ -12,7 +12,7 @@ say() { printf '\033[1m[test]\033[0m %s\n' "$*"; }
 say "ruff (lint + format)"
 "$venv/bin/ruff" check --quiet .
 "$venv/bin/ruff" format --check --quiet .
-say "mypy (ROS-free modules, strict)"
+say "mypy (strict; the ROS shells may call untyped rclpy)"
 "$venv/bin/mypy" --no-error-summary
 say "pytest"
 # DDS traffic of this run stays on this machine; each test leases its own domain id.

@@ -16,7 +16,7 @@ from fleet_idempotency.dds_isolation import isolated_environment, lease_domain_i
 if TYPE_CHECKING:
     import rclpy.context
 
-pytest_plugins = ["ros_support"]
+pytest_plugins = ["ros_support", "fleet_harness"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

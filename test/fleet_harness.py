@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fleet_idempotency.qos import SERVICE_QOS
 
 from ros_support import ChildProcesses, wait_for
@@ -360,3 +362,13 @@ class FleetHarness:
             f"{client_id}/{key} to reach a final state",
             timeout_s=timeout_s,
         )
+
+
+@pytest.fixture
+def fleet(
+    ros_context: Any, ros_env: dict[str, str], children: ChildProcesses, tmp_path: Path
+) -> FleetHarness:
+    """A harness in this test's own DDS domain, with the world simulator running."""
+    harness = FleetHarness(ros_context, ros_env, children, tmp_path / "stores")
+    harness.start_world()
+    return harness

@@ -6,8 +6,6 @@ import json
 import signal
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -41,15 +39,6 @@ def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetHarn
         finally:
             children.stop_all()
             context.try_shutdown()
-
-
-@pytest.fixture
-def fleet(
-    ros_context: Any, ros_env: dict[str, str], children: ChildProcesses, tmp_path: Path
-) -> FleetHarness:
-    harness = FleetHarness(ros_context, ros_env, children, tmp_path / "stores")
-    harness.start_world()
-    return harness
 
 
 def test_five_deliveries_before_during_and_after_execution_run_once(

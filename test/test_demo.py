@@ -47,6 +47,8 @@ def test_reduced_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
             "0.25",
             "--duplicate-deliveries",
             "0.2",
+            "--reordered-deliveries",
+            "0.2",
             "--client-retries",
             "0.2",
             "--robot-crashes",

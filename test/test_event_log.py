@@ -24,23 +24,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet_idempotency.event_log import (
+from fleet_idempotency.events import (
     EventLog,
+    EventLogClosed,
     EventLogConfig,
+    EventLogCorrupted,
     EventLogError,
+    EventLogFull,
+    EventLogReadOnly,
+    EventLogSchemaMismatch,
     EventType,
     FleetEventRecord,
     FleetState,
     KeyView,
     LmdbEventLog,
     replay,
-)
-from fleet_idempotency.events import (
-    EventLogClosed,
-    EventLogCorrupted,
-    EventLogFull,
-    EventLogReadOnly,
-    EventLogSchemaMismatch,
 )
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 
@@ -246,7 +244,7 @@ def test_threads_appending_concurrently_get_a_gap_free_log(tmp_path: Path) -> No
 _CHILD = r"""
 import json, random, sys
 from pathlib import Path
-from fleet_idempotency.event_log import EventLogConfig, EventType, FleetEventRecord, LmdbEventLog
+from fleet_idempotency.events import EventLogConfig, EventType, FleetEventRecord, LmdbEventLog
 
 path, tag, count, durable = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from fleet_idempotency.event_log import (
+from fleet_idempotency.event_tool import EXIT_LOG_ERROR, EXIT_OK, EXIT_USAGE, PATH_ENV, main
+from fleet_idempotency.events import (
     EventLogConfig,
     EventType,
     FleetEventRecord,
     LmdbEventLog,
     replay,
 )
-from fleet_idempotency.event_tool import EXIT_LOG_ERROR, EXIT_OK, EXIT_USAGE, PATH_ENV, main
 from fleet_idempotency.store import IdempotencyStore, StoreConfig
 
 STAMP = 1_700_000_000.0

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from fleet_idempotency.agent_core import AgentCore
-from fleet_idempotency.event_log import EventLogConfig, EventType, LmdbEventLog, replay
+from fleet_idempotency.events import EventLogConfig, EventType, LmdbEventLog, replay
 from fleet_idempotency.fleet_config import FleetConfig, load_fleet
 from fleet_idempotency.orchestrator_core import (
     OrchestratorCore,

@@ -4,28 +4,16 @@ from __future__ import annotations
 
 import json
 import signal
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from fleet_idempotency.event_log import EventLogConfig, LmdbEventLog, replay
+from fleet_idempotency.events import EventLogConfig, LmdbEventLog, replay
 from fleet_idempotency.orchestrator_core import robot_key
 from fleet_idempotency.store import IdempotencyStore, StoreConfig
 
 from fleet_harness import FleetHarness
-from ros_support import ChildProcesses
 
 COMPLETED = 3
-
-
-@pytest.fixture
-def fleet(
-    ros_context: Any, ros_env: dict[str, str], children: ChildProcesses, tmp_path: Path
-) -> FleetHarness:
-    harness = FleetHarness(ros_context, ros_env, children, tmp_path / "stores")
-    harness.start_world()
-    return harness
 
 
 def effects(fleet: FleetHarness, client: str, key: str, robot: str) -> int:

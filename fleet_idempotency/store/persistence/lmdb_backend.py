@@ -387,27 +387,35 @@ class LmdbBackend(PersistenceBackend):
             raise ReadOnlyStore(f"the store at {self.path} is open read-only")
         with self._write_lock:
             while True:
+                # Held shared from before begin() to the end of the transaction: a reader of
+                # this process that adopts a map grown by another process must not resize
+                # while this thread waits in begin() for LMDB's writer lock or holds a write
+                # transaction. Growing from here re-enters this thread's own slot.
+                slot = self._rw.acquire_shared()
                 try:
-                    txn = self._env.begin(write=True)
-                except lmdb.MapResizedError:
-                    self._adopt_map_size()
-                    continue
-                try:
-                    result = apply(_LmdbWriteView(self, txn))
-                    txn.commit()
-                    return result
-                except lmdb.MapFullError:
-                    with suppress(lmdb.Error):
-                        txn.abort()
-                    if not self._grow():
-                        raise CapacityExhausted(
-                            f"the store at {self.path} reached map_size_max "
-                            f"({self._map_size_max} bytes)"
-                        ) from None
-                except BaseException:
-                    with suppress(lmdb.Error):
-                        txn.abort()
-                    raise
+                    try:
+                        txn = self._env.begin(write=True)
+                    except lmdb.MapResizedError:
+                        self._adopt_map_size()
+                        continue
+                    try:
+                        result = apply(_LmdbWriteView(self, txn))
+                        txn.commit()
+                        return result
+                    except lmdb.MapFullError:
+                        with suppress(lmdb.Error):
+                            txn.abort()
+                        if not self._grow():
+                            raise CapacityExhausted(
+                                f"the store at {self.path} reached map_size_max "
+                                f"({self._map_size_max} bytes)"
+                            ) from None
+                    except BaseException:
+                        with suppress(lmdb.Error):
+                            txn.abort()
+                        raise
+                finally:
+                    slot.release()
 
     def close(self) -> None:
         with self._write_lock, self._rw.exclusive():

@@ -1,0 +1,525 @@
+"""Orchestrator figures, measured side by side in one run (prints name=value lines).
+
+- submit -> final-result latency through the real pipeline (orchestrator claim + event
+  log + dispatch, agent claim + world action + finish, orchestrator finish + event) for a
+  zero-duration command (``dock`` at the dock the robot already sits at, time scale 0),
+  using ``SubmitCommand`` with ``wait_timeout_sec > 0``, against a bare rclpy service
+  round trip of the same ``SubmitCommand`` type through an echo process, plus one raw
+  ``fdatasync`` of a small file (the "+ one fsync" of the goal);
+- sustained commands/s through one orchestrator to ``--robots`` simulated robots (hosted
+  by ``agent_host`` processes), many submits outstanding, with zero loss verified at the
+  end: every key is COMPLETED at the orchestrator and the world saw exactly one side
+  effect per command;
+- where the time goes: CPU seconds per command of each process during the throughput
+  phase and, with ``--profile``, the orchestrator's hottest functions (py-spy).
+
+    .venv/bin/python bench/bench_orchestrator.py [--latency-commands 200]
+        [--commands 3000] [--robots 50] [--window 64] [--hosts 2] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import rclpy
+import yaml
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+from fleet_idempotency.dds_isolation import isolated_environment, lease_domain_id
+from fleet_idempotency.msg import FleetEvent
+from fleet_idempotency.orchestrator_core import robot_key
+from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
+
+BIN = Path(sys.prefix) / "bin"
+# Many calls outstanding on one client: the default depth (10) would drop requests.
+DEEP = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+CLIENT = "bench"
+COMPLETED = 3
+FINAL_STATES = (3, 4, 5)
+# A request (or its reply) can be lost while discovery settles: re-send the same request
+# (same key: always safe) when no answer came within this long.
+RESEND_AFTER_S = 5.0
+ECHO = """
+import rclpy
+from rclpy.executors import ExternalShutdownException
+from rclpy.qos import QoSProfile
+from fleet_idempotency.srv import SubmitCommand
+rclpy.init()
+node = rclpy.create_node("echo_submit")
+def echo(request, response):
+    response.state = 3
+    response.status_code = 200
+    response.result_json = request.payload_json
+    return response
+node.create_service(SubmitCommand, "/bench/echo_submit", echo, qos_profile=QoSProfile(depth=1000))
+try:
+    rclpy.spin(node)
+except (KeyboardInterrupt, ExternalShutdownException):
+    pass
+"""
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def write_fleet(path: Path, robots: int, capacity: int) -> list[str]:
+    """A fleet of AMRs, each parked on its own dock: docking there is a zero-duration
+    command that still makes one counted world action (the at-most-once oracle)."""
+    docks = {f"D{i + 1}": {"x": 0.0, "y": 2.0 * i} for i in range(robots)}
+    fleet = {
+        "world": {"waypoints": {"W1": {"x": 5.0, "y": 5.0}}, "docks": docks, "slots": {}},
+        "robots": [
+            {
+                "id": f"amr_{i + 1}",
+                "type": "amr",
+                "start": {"x": 0.0, "y": 2.0 * i},
+                "capacity": capacity,
+            }
+            for i in range(robots)
+        ],
+        "simulation": {"time_scale": 0.0},
+    }
+    path.write_text(yaml.safe_dump(fleet, sort_keys=False))
+    return [robot["id"] for robot in fleet["robots"]]
+
+
+def dock_of(robot_id: str) -> str:
+    return f"D{robot_id.rsplit('_', 1)[1]}"
+
+
+def fdatasync_seconds(directory: Path, samples: int = 50) -> list[float]:
+    """One small write + fdatasync, on the file system that holds the stores."""
+    path = directory / "fsync_probe"
+    durations = []
+    with path.open("wb") as handle:
+        for index in range(samples):
+            handle.seek(0)
+            handle.write(f"{index:08d}".encode() * 16)
+            handle.flush()
+            started = time.perf_counter()
+            os.fdatasync(handle.fileno())
+            durations.append(time.perf_counter() - started)
+    return durations
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its threads (children excluded)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Bench:
+    def __init__(self, context: Any) -> None:
+        self.node = rclpy.create_node("bench_orchestrator_client", context=context)
+        self.executor = SingleThreadedExecutor(context=context)
+        self.executor.add_node(self.node)
+        self.submit = self.node.create_client(
+            SubmitCommand, "/fleet/submit_command", qos_profile=DEEP
+        )
+        self.echo = self.node.create_client(SubmitCommand, "/bench/echo_submit", qos_profile=DEEP)
+        self.check = self.node.create_client(CheckKey, "/fleet/check_key", qos_profile=DEEP)
+        self.world = self.node.create_client(GetWorldState, "/world/state", qos_profile=DEEP)
+        # Progress signal only (a keep-last topic may drop under load); the verdict comes
+        # from CheckKey and the world.
+        self.finished: dict[str, float] = {}
+        self.finished_by_check = 0
+        self.node.create_subscription(FleetEvent, "/fleet/events", self._on_event, 10_000)
+
+    def _on_event(self, event: FleetEvent) -> None:
+        if event.event_type == "result" and event.client_id == CLIENT:
+            self.finished.setdefault(event.idempotency_key, time.perf_counter())
+
+    def spin_until(self, condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            self.executor.spin_once(timeout_sec=0.005)
+
+    def call(self, client: Any, request: Any, timeout_s: float, what: str) -> Any:
+        """One call, re-sent when unanswered (the first calls after discovery may be lost)."""
+        futures: list[tuple[Any, float]] = []
+
+        def answered() -> bool:
+            if any(future.done() for future, _sent in futures):
+                return True
+            if not futures or time.monotonic() - futures[-1][1] > RESEND_AFTER_S:
+                futures.append((client.call_async(request), time.monotonic()))
+            return False
+
+        self.spin_until(answered, timeout_s, what)
+        return next(future.result() for future, _sent in futures if future.done())
+
+    def timed_call(self, client: Any, request: Any) -> tuple[float, Any]:
+        """A single call without re-sends (the paths are warm when this is used)."""
+        started = time.perf_counter()
+        future = client.call_async(request)
+        self.spin_until(future.done, 30.0, "an answer")
+        return time.perf_counter() - started, future.result()
+
+    def call_many(
+        self, client: Any, requests: list[Any], window: int, accept: Callable[[Any], bool]
+    ) -> tuple[list[Any], Counter[str]]:
+        """Keep ``window`` calls outstanding; re-send unanswered ones and refused ones
+        (``accept`` false, e.g. 429) until every request has an accepted answer."""
+        answers: list[Any] = [None] * len(requests)
+        stats: Counter[str] = Counter()
+        outstanding: dict[int, tuple[Any, float]] = {}
+        retry_at: dict[int, float] = {}
+        next_index = 0
+        done = 0
+        while done < len(requests):
+            now = time.monotonic()
+            for index, (future, sent) in list(outstanding.items()):
+                if future.done():
+                    del outstanding[index]
+                    answer = future.result()
+                    stats[f"status_{answer.status_code}"] += 1
+                    if accept(answer):
+                        answers[index] = answer
+                        done += 1
+                    else:
+                        retry_at[index] = now + 0.05
+                elif now - sent > RESEND_AFTER_S:
+                    client.remove_pending_request(future)
+                    del outstanding[index]
+                    retry_at[index] = now
+                    stats["resent_unanswered"] += 1
+            for index, due in list(retry_at.items()):
+                if len(outstanding) >= window:
+                    break
+                if due <= now:
+                    del retry_at[index]
+                    stats["resent"] += 1
+                    outstanding[index] = (client.call_async(requests[index]), now)
+            while len(outstanding) < window and next_index < len(requests):
+                outstanding[next_index] = (client.call_async(requests[next_index]), now)
+                next_index += 1
+            self.executor.spin_once(timeout_sec=0.002)
+        return answers, stats
+
+    def wait_finished(self, keys: list[str], started: float) -> float:
+        """When the last of ``keys`` became final: from result events while they flow;
+        when they stall (a keep-last topic may drop), from CheckKey for the missing keys."""
+        missing = [key for key in keys if key not in self.finished]
+        give_up = time.monotonic() + max(120.0, len(keys) / 20)
+        while missing:
+            if time.monotonic() > give_up:
+                raise SystemExit(f"{len(missing)} commands never became final")
+            seen = len(self.finished)
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline and len(self.finished) == seen:
+                self.executor.spin_once(timeout_sec=0.005)
+            missing = [key for key in missing if key not in self.finished]
+            if missing and len(self.finished) == seen:
+                checks, _ = self.call_many(
+                    self.check,
+                    [CheckKey.Request(client_id=CLIENT, idempotency_key=k) for k in missing],
+                    64,
+                    lambda answer: True,
+                )
+                now = time.perf_counter()
+                for key, answer in zip(missing, checks, strict=True):
+                    if answer.state in FINAL_STATES:
+                        self.finished.setdefault(key, now)
+                        self.finished_by_check += 1
+                missing = [key for key in missing if key not in self.finished]
+        return max(self.finished[key] for key in keys)
+
+    def world_state(self) -> dict[str, Any]:
+        response = self.call(self.world, GetWorldState.Request(), 60.0, "the world state")
+        state: dict[str, Any] = json.loads(response.state_json)
+        return state
+
+
+def submit_request(key: str, robot_id: str, wait_s: float) -> SubmitCommand.Request:
+    return SubmitCommand.Request(
+        client_id=CLIENT,
+        idempotency_key=key,
+        robot_id=robot_id,
+        command_type="dock",
+        payload_json=json.dumps({"dock": dock_of(robot_id)}),
+        wait_timeout_sec=wait_s,
+    )
+
+
+def py_spy() -> str | None:
+    found = shutil.which("py-spy") or (BIN / "py-spy")
+    return str(found) if Path(found).exists() else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency-commands", type=int, default=200)
+    parser.add_argument("--commands", type=int, default=3000, help="throughput phase size")
+    parser.add_argument("--robots", type=int, default=50)
+    parser.add_argument("--robot-capacity", type=int, default=16)
+    parser.add_argument("--window", type=int, default=64, help="outstanding submits")
+    parser.add_argument("--hosts", type=int, default=2, help="agent_host processes")
+    parser.add_argument("--host-threads", type=int, default=4)
+    parser.add_argument("--tick-period", type=float, default=0.01, help="orchestrator tick (s)")
+    parser.add_argument(
+        "--profile", action="store_true", help="py-spy the orchestrator in the throughput phase"
+    )
+    parser.add_argument("--keep-logs", type=Path, help="copy the children's log here")
+    options = parser.parse_args()
+
+    with lease_domain_id() as domain_id, tempfile.TemporaryDirectory() as scratch_name:
+        scratch = Path(scratch_name)
+        env = isolated_environment(domain_id)
+        robots = write_fleet(scratch / "fleet.yaml", options.robots, options.robot_capacity)
+        logs = open(scratch / "children.log", "wb")  # noqa: SIM115
+        children: dict[str, subprocess.Popen[bytes]] = {}
+
+        def spawn(name: str, argv: list[str]) -> None:
+            # Not the repo root as cwd: ``python -c`` would import the source tree, which
+            # lacks the generated interfaces, instead of the installed package.
+            children[name] = subprocess.Popen(argv, env=env, stdout=logs, stderr=logs, cwd=scratch)
+
+        spawn(
+            "world",
+            [str(BIN / "world_simulator"), "--ros-args", "-p", f"fleet_file:={scratch}/fleet.yaml"],
+        )
+        spawn(
+            "orchestrator",
+            [
+                str(BIN / "orchestrator"),
+                "--ros-args",
+                "-p",
+                f"fleet_file:={scratch}/fleet.yaml",
+                "-p",
+                f"store_dir:={scratch}/orchestrator",
+                "-p",
+                f"tick_period_s:={options.tick_period}",
+            ],
+        )
+        # The latency robot runs in a process of its own, as an onboard agent does; the
+        # others share --hosts agent_host processes (one Python process per simulated robot
+        # would not fit on a small machine).
+        others = robots[1:]
+        hosts = max(1, min(options.hosts, len(others)))
+        groups = [robots[:1]] + [others[index::hosts] for index in range(hosts) if others]
+        for index, group in enumerate(groups):
+            spawn(
+                f"agents_{index}",
+                [
+                    str(BIN / "agent_host"),
+                    "--fleet",
+                    f"{scratch}/fleet.yaml",
+                    "--store-dir",
+                    f"{scratch}/agents",
+                    "--robots",
+                    ",".join(group),
+                    "--time-scale",
+                    "0",
+                    "--threads",
+                    str(options.host_threads),
+                ],
+            )
+        spawn("echo", [sys.executable, "-c", ECHO])
+        context = rclpy.Context()
+        rclpy.init(context=context, domain_id=domain_id)
+        try:
+            bench = Bench(context)
+            run(bench, options, robots, scratch, children)
+        finally:
+            for child in children.values():
+                child.send_signal(signal.SIGTERM)
+            for child in children.values():
+                try:
+                    child.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+            context.try_shutdown()
+            logs.close()
+            if options.keep_logs:
+                shutil.copy(scratch / "children.log", options.keep_logs)
+
+
+def run(
+    bench: Bench,
+    options: argparse.Namespace,
+    robots: list[str],
+    scratch: Path,
+    children: dict[str, subprocess.Popen[bytes]],
+) -> None:
+    started_up = time.perf_counter()
+    # Warm-up doubles as the readiness check: one completed command per robot proves the
+    # whole path (submit, dispatch, agent, world, result) is matched in the DDS graph.
+    bench.call(bench.echo, submit_request("probe", robots[0], 0.0), 60.0, "the echo server")
+    warm = [submit_request(f"warm-{robot}", robot, 30.0) for robot in robots]
+    bench.call_many(bench.submit, warm, 8, lambda answer: answer.state in FINAL_STATES)
+    print(f"startup_s={time.perf_counter() - started_up:.1f}")
+
+    # --- (a) latency, both paths interleaved so that they see the same machine load ---------
+    robot = robots[0]
+    for index in range(20):
+        bench.timed_call(bench.echo, submit_request(f"warm-echo-{index}", robot, 0.0))
+        bench.timed_call(bench.submit, submit_request(f"warm-lat-{index}", robot, 10.0))
+    bare, submit = [], []
+    for index in range(options.latency_commands):
+        elapsed, _ = bench.timed_call(bench.echo, submit_request(f"echo-{index}", robot, 0.0))
+        bare.append(elapsed)
+        elapsed, answer = bench.timed_call(
+            bench.submit, submit_request(f"lat-{index}", robot, 10.0)
+        )
+        if answer.state != COMPLETED:
+            raise SystemExit(f"lat-{index}: expected COMPLETED, got {answer}")
+        submit.append(elapsed)
+    fsync = fdatasync_seconds(scratch)
+    for name, samples in (
+        ("bare_service_round_trip", bare),
+        ("submit_to_final", submit),
+        ("fdatasync", fsync),
+    ):
+        print(f"{name}_p50_ms={statistics.median(samples) * 1e3:.3f}")
+        print(f"{name}_p99_ms={percentile(samples, 0.99) * 1e3:.3f}")
+    ratio = statistics.median(submit) / statistics.median(bare)
+    budget = 2 * statistics.median(bare) + statistics.median(fsync)
+    print(f"submit_vs_bare_p50_ratio={ratio:.2f}")
+    print(f"latency_goal_p50_ms={budget * 1e3:.3f}")  # 2x bare + one fsync
+    print(f"latency_goal_met={statistics.median(submit) <= budget}")
+
+    # Fixed costs, for the "where the time goes" split: CPU of each process while the
+    # fleet is up and nothing is submitted (timers, status traffic).
+    pids = {name: child.pid for name, child in children.items()}
+    idle_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    idle_started = time.perf_counter()
+    bench.spin_until(lambda: time.perf_counter() - idle_started > 3.0, 10.0, "the idle window")
+    idle_s = time.perf_counter() - idle_started
+    for name, pid in sorted(pids.items()):
+        used = cpu_seconds(pid) - idle_before[name]
+        print(f"idle_cpu_percent_{name}={100 * used / idle_s:.1f}")
+
+    # --- (b) sustained throughput -------------------------------------------------------------
+    count = options.commands
+    keys = [f"tp-{index}" for index in range(count)]
+    targets = [robots[index % len(robots)] for index in range(count)]
+    requests = [submit_request(k, r, 0.0) for k, r in zip(keys, targets, strict=True)]
+    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    client_cpu_before = time.process_time()
+    profiler = None
+    if options.profile and (tool := py_spy()):
+        profiler = subprocess.Popen(
+            [
+                tool,
+                "record",
+                "--pid",
+                str(pids["orchestrator"]),
+                "--format",
+                "raw",
+                "--output",
+                str(scratch / "orchestrator.folded"),
+                "--nonblocking",
+                "--rate",
+                "200",
+                # Only the thread holding the GIL: Python work, not threads parked in
+                # rcl's wait or in a queue (which py-spy cannot always tell from work).
+                "--gil",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    started = time.perf_counter()
+    _answers, stats = bench.call_many(
+        bench.submit,
+        requests,
+        options.window,
+        lambda answer: answer.status_code in (200, 202, 409),
+    )
+    submitted = time.perf_counter()
+    finished_at = bench.wait_finished(keys, started)
+    if profiler is not None:
+        profiler.send_signal(signal.SIGINT)
+        profiler.wait(timeout=60)
+    elapsed = finished_at - started
+    cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+    client_cpu = time.process_time() - client_cpu_before
+
+    # Verdict: the orchestrator's own view of every key, then the world's side effects.
+    checks, _ = bench.call_many(
+        bench.check,
+        [CheckKey.Request(client_id=CLIENT, idempotency_key=k) for k in keys],
+        options.window,
+        lambda answer: True,
+    )
+    states = Counter(answer.state for answer in checks)
+    failure = next((a for a in checks if a.state != COMPLETED), None)
+    world = bench.world_state()
+    effects = world["side_effects"]
+    per_command = [
+        len(effects.get(r, {}).get(robot_key(CLIENT, k), []))
+        for k, r in zip(keys, targets, strict=True)
+    ]
+    print(f"throughput_commands={count}")
+    print(f"throughput_robots={len(robots)}")
+    print(f"throughput_window={options.window}")
+    print(f"throughput_submit_phase_s={submitted - started:.2f}")
+    print(f"throughput_s={elapsed:.2f}")
+    print(f"throughput_commands_per_s={count / elapsed:.0f}")
+    print(f"throughput_submit_answers={dict(sorted(stats.items()))}")
+    print(f"throughput_final_seen_by_check_not_event={bench.finished_by_check}")
+    print(f"throughput_completed_at_orchestrator={states.get(COMPLETED, 0)}")
+    print(f"throughput_other_states={ {s: n for s, n in states.items() if s != COMPLETED} }")
+    if failure is not None:
+        print(f"throughput_first_failure={failure.status_code} {failure.result_json}")
+    print(f"throughput_world_side_effects={sum(per_command)}")
+    print(f"throughput_world_max_side_effects_per_key={max(per_command, default=0)}")
+    print(f"world_max_side_effects_per_key_all={world['max_side_effects_per_key']}")
+    lost = sum(1 for n in per_command if n == 0)
+    doubled = sum(1 for n in per_command if n > 1)
+    zero_loss = lost == 0 and doubled == 0 and states.get(COMPLETED, 0) == count
+    print(f"throughput_zero_loss={zero_loss}")
+    for name, used in sorted(cpu.items()):
+        print(f"cpu_us_per_command_{name}={used / count * 1e6:.0f}")
+    print(f"cpu_us_per_command_bench_client={client_cpu / count * 1e6:.0f}")
+    print(f"cpu_cores_busy={(sum(cpu.values()) + client_cpu) / elapsed:.2f}")
+    if options.profile:
+        print_profile(scratch / "orchestrator.folded")
+    if not zero_loss:
+        raise SystemExit(f"loss: {lost} commands without a side effect, {doubled} doubled")
+
+
+def print_profile(folded: Path, top: int = 15) -> None:
+    """Self and inclusive sample shares of the orchestrator's functions (py-spy raw)."""
+    if not folded.exists():
+        print("profile=unavailable (py-spy not installed or not permitted)")
+        return
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in folded.read_text().splitlines():
+        stack, _, samples = line.rpartition(" ")
+        if not stack:
+            continue
+        weight = int(samples)
+        frames = [f.split(" (")[0] + " (" + f.rsplit("/", 1)[-1] for f in stack.split(";")]
+        total += weight
+        own[frames[-1]] += weight
+        for frame in set(frames):
+            inclusive[frame] += weight
+    print(f"profile_samples={total}")
+    for frame, weight in own.most_common(top):
+        print(f"profile_self_pct[{frame}]={100 * weight / total:.1f}")
+    for frame, weight in inclusive.most_common(top + 10):
+        print(f"profile_inclusive_pct[{frame}]={100 * weight / total:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""``launch_ros`` Node actions for a launch plan; used by the launch files only.
+
+Needs a full ROS 2 install (launch_ros is not on PyPI); the plan itself comes from
+``bringup.launch_plan`` and is tested without it.
+"""
+
+from __future__ import annotations
+
+from launch_ros.actions import Node
+
+from fleet_idempotency.bringup import NodeSpec, parameters_as_launch
+
+
+def launch_nodes(plan: list[NodeSpec]) -> list[Node]:
+    return [
+        Node(
+            package=spec.package,
+            executable=spec.executable,
+            name=spec.name,
+            namespace=spec.namespace,
+            parameters=parameters_as_launch(spec),
+            output="screen",
+        )
+        for spec in plan
+    ]
