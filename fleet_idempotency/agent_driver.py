@@ -168,6 +168,9 @@ class AgentDriver(Node):
         self.core.submit(delivery_from_msg(message))
 
     def _publish_answer(self, answer: Answer) -> None:
+        if self._drop_probability and self._rng.random() < self._drop_probability:
+            self.core.counters["injected_result_drops"] += 1
+            return  # fault injection: lost on the way back, as on a lossy link
         if (
             self._recovered is not None
             and answer.state == State.INTERRUPTED

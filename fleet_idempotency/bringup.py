@@ -28,8 +28,13 @@ class NodeSpec:
     package: str = PACKAGE
 
     def ros_arguments(self) -> list[str]:
-        """The same node as command-line ROS arguments (for a plain subprocess)."""
-        arguments = ["--ros-args", "-r", f"__node:={self.name}"]
+        """The same node as command-line ROS arguments (for a plain subprocess).
+
+        No ``__node`` remap: it would rename every node of the process, including the
+        helper nodes an agent or the orchestrator creates, to the same name. Each node
+        class already carries its conventional name.
+        """
+        arguments = ["--ros-args"]
         if self.namespace:
             arguments += ["-r", f"__ns:={self.namespace}"]
         for name, value in self.parameters.items():

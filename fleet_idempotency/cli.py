@@ -1,4 +1,4 @@
-"""``fleet-idem``: run a simulated fleet without ``ros2 launch``, and talk to it.
+"""fleet-idem: run a simulated fleet without ros2 launch, and talk to it.
 
     fleet-idem demo [--commands 400] [--speed 20] [--no-faults] [--host-agents]
     fleet-idem up [--fleet FILE] [--store-dir DIR] [--speed 20]
@@ -112,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         help="seconds to wait for the final result (0: answer at once)",
     )
+    submit.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="give up after this many seconds without an answer, re-sends included "
+        "(default: --wait + 30)",
+    )
 
     check = commands.add_parser("check", help="status check of a key (reconciliation)")
     check.add_argument("--client", default="cli")
@@ -212,7 +219,7 @@ def _client_command(options: argparse.Namespace) -> int:
                 options.command_type,
                 options.payload,
                 wait_timeout_s=options.wait,
-                deadline_s=options.wait + 30.0,
+                deadline_s=options.timeout or options.wait + 30.0,
             )
             response = submitted.response
             print(

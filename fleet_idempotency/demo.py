@@ -139,6 +139,7 @@ class Demo:
             items_at_start=items_at_start,
             **self._audit_orchestrator(),
             figures=self.figures,
+            resends_expected=self.options.faults and self.options.drop_results > 0,
         )
         self.out(render(self.figures, invariants, world))
         crashed = {n: c for n, c in exit_codes.items() if c not in (0, None)}

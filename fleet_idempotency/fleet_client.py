@@ -22,6 +22,8 @@ from fleet_idempotency.msg import CommandResult, FleetEvent, RobotStatus
 from fleet_idempotency.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 
+FIRST_RESEND_S = 3.0
+
 
 class NoAnswer(TimeoutError):
     """The service did not answer within the overall deadline, re-sends included."""
@@ -58,6 +60,9 @@ class FleetClient:
 
     def close(self) -> None:
         self._executor.shutdown(timeout_sec=2.0)
+        # The spin thread must be gone before the context is shut down and the process
+        # exits, or the C++ runtime aborts ("terminate called without an active exception").
+        self._thread.join(timeout=5.0)
         self.node.destroy_node()
 
     # --- subscriptions ----------------------------------------------------------------------
@@ -79,11 +84,20 @@ class FleetClient:
         futures: list[Any] = []
         give_up = time.monotonic() + deadline_s
         while True:
-            if client.service_is_ready():
+            remaining = max(0.0, give_up - time.monotonic())
+            # No server seen yet: look again soon rather than after a whole patience.
+            # The first send gets a short patience: right after discovery a request (or its
+            # reply) is sometimes lost, and re-sending is always safe.
+            patience = min(patience_s, FIRST_RESEND_S) if not futures else patience_s
+            wait_s = min(patience, remaining) if client.service_is_ready() else 0.0
+            if wait_s > 0:
                 future = client.call_async(request)
                 future.add_done_callback(lambda _f: answered.set())
                 futures.append(future)
-            if answered.wait(min(patience_s, max(0.0, give_up - time.monotonic()))):
+            elif remaining > 0:
+                client.wait_for_service(timeout_sec=min(0.5, remaining))
+                continue
+            if answered.wait(wait_s):
                 done = next(f for f in futures if f.done())
                 for future in futures:
                     if not future.done():

@@ -12,11 +12,13 @@ from fleet_idempotency.bringup import NodeSpec, parameters_as_launch
 
 
 def launch_nodes(plan: list[NodeSpec]) -> list[Node]:
+    # No ``name=``: launch_ros turns it into a process-wide ``__node`` remap that would
+    # give the helper nodes of an agent or the orchestrator the same name; each node
+    # class already carries its conventional name.
     return [
         Node(
             package=spec.package,
             executable=spec.executable,
-            name=spec.name,
             namespace=spec.namespace,
             parameters=parameters_as_launch(spec),
             output="screen",

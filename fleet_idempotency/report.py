@@ -60,8 +60,11 @@ def check_invariants(
     replay_mismatches: list[str],
     unfinished_keys: list[str],
     figures: RunFigures,
+    resends_expected: bool = False,
 ) -> list[Invariant]:
-    """``mission_keys``: (robot, robot-side key) of every command the mission submitted."""
+    """``mission_keys``: (robot, robot-side key) of every command the mission submitted;
+    ``resends_expected``: results were dropped on purpose, so the orchestrator must have
+    re-sent (a run whose faults silently did nothing proves nothing)."""
     effects: dict[str, dict[str, list[str]]] = world.get("side_effects", {})
     repeated = sorted(
         f"{robot}/{key}: {actions}"
@@ -78,7 +81,8 @@ def check_invariants(
     )
     duplicate_events = len(event_identities) - len(set(event_identities))
     items = world.get("items_total", 0)
-    return [
+    resent = figures.events_seen["retried"]
+    invariants = [
         Invariant(
             "at most one execution per key (world oracle)",
             max_effects <= 1,
@@ -141,6 +145,15 @@ def check_invariants(
             + (f": {figures.unexpected[:3]}" if figures.unexpected else ""),
         ),
     ]
+    if resends_expected:
+        invariants.append(
+            Invariant(
+                "lost results were recovered by re-sends",
+                resent > 0,
+                f"{resent} re-sends by the orchestrator",
+            )
+        )
+    return invariants
 
 
 def render(figures: RunFigures, invariants: list[Invariant], world: dict[str, Any]) -> str:

@@ -61,8 +61,6 @@ def test_ros_arguments_render_parameters_as_ros_parses_them() -> None:
     assert spec.ros_arguments() == [
         "--ros-args",
         "-r",
-        "__node:=agent_driver",
-        "-r",
         "__ns:=/fleet/amr_1",
         "-p",
         "robot_id:=amr_1",

@@ -125,6 +125,13 @@ def test_each_broken_invariant_is_reported() -> None:
     sloppy = _check(_world({}), figures=figures)
     assert not sloppy["reused keys with another payload are refused (422)"]
     assert not sloppy["no command failed"]
+    silent = _check(_world({}), resends_expected=True)
+    assert not silent["lost results were recovered by re-sends"]
+    figures = RunFigures()
+    figures.events_seen["retried"] = 4
+    assert _check(_world({}), figures=figures, resends_expected=True)[
+        "lost results were recovered by re-sends"
+    ]
 
 
 def test_report_renders_figures_and_verdict() -> None:

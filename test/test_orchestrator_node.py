@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from fleet_idempotency.events import EventLogConfig, LmdbEventLog, replay
+from fleet_idempotency.events import EventLogConfig, EventType, LmdbEventLog, replay
 from fleet_idempotency.orchestrator_core import robot_key
 from fleet_idempotency.store import IdempotencyStore, StoreConfig
 
@@ -65,6 +65,12 @@ def test_dropped_results_are_recovered_by_retries_exactly_once(fleet: FleetHarne
         assert final.status_code == 200, final.message
     for key, robot in keys:
         assert effects(fleet, "wms", key, robot) == 1
+    # The faults really happened: lost results were recovered by re-sends of the same key.
+    with LmdbEventLog(
+        EventLogConfig(path=fleet.store_dir / "orchestrator" / "events"), readonly=True
+    ) as log:
+        retried = {event.key for event in log.read() if event.event_type == EventType.RETRIED}
+    assert len(retried) >= 3, f"only {len(retried)} keys needed a re-send: were results dropped?"
 
 
 def test_orchestrator_kill_9_with_work_queued_and_in_flight(fleet: FleetHarness) -> None:

@@ -1,0 +1,111 @@
+"""`fleet-idem up`, then `submit` and `check` from another process, as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from test_demo import processes_mentioning
+
+from fleet_idempotency.dds_isolation import isolated_environment
+
+from ros_support import wait_for
+
+BIN = Path(sys.prefix) / "bin"
+
+
+def run_client(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "fleet-idem"), *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_up_then_submit_twice_and_check(tmp_path: Path) -> None:
+    store = tmp_path / "fleet"
+    log_path = tmp_path / "up.log"
+    with log_path.open("w") as log:
+        up = subprocess.Popen(
+            [str(BIN / "fleet-idem"), "up", "--speed", "100", "--store-dir", str(store)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
+    try:
+        line = wait_for(
+            lambda: re.search(r"ROS_DOMAIN_ID=(\d+)", log_path.read_text()),
+            timeout_s=60,
+            what="fleet-idem up to print its domain",
+        )
+        env = {
+            **os.environ,
+            "ROS_DOMAIN_ID": line.group(1),
+            "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+        }
+        submit = [
+            "submit",
+            "--client",
+            "ops",
+            "--key",
+            "order-42",
+            "--robot",
+            "forklift_1",
+            "--type",
+            "pick",
+            "--payload",
+            '{"slot": "A1"}',
+            "--wait",
+            "60",
+        ]
+        first = run_client(submit, env, tmp_path)
+        assert first.returncode == 0, first.stdout + first.stderr
+        answer = json.loads(first.stdout)
+        assert (answer["status_code"], answer["replayed"]) == (200, False)
+        assert answer["result"]["item"] == "P-1"
+
+        again = json.loads(run_client(submit, env, tmp_path).stdout)
+        assert (again["status_code"], again["replayed"]) == (200, True)
+        assert again["result"] == answer["result"]
+
+        check = run_client(["check", "--client", "ops", "--key", "order-42"], env, tmp_path)
+        status = json.loads(check.stdout)
+        assert check.returncode == 0 and status["found"] and status["state"] == 3
+
+        unknown = run_client(["check", "--client", "ops", "--key", "never"], env, tmp_path)
+        assert unknown.returncode == 1 and json.loads(unknown.stdout)["found"] is False
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(timeout=60)
+    wait_for(
+        lambda: not processes_mentioning(str(store)),
+        timeout_s=10,
+        what="no process of fleet-idem up to remain",
+    )
+
+
+def test_client_commands_fail_clearly_without_a_fleet(tmp_path: Path, ros_domain: int) -> None:
+    env = isolated_environment(ros_domain)  # a domain no fleet uses: nobody answers
+    command = ["submit", "--robot", "amr_1", "--type", "dock", "--payload", '{"dock": "D1"}']
+    result = run_client([*command, "--wait", "1", "--timeout", "3"], env, tmp_path)
+    assert result.returncode == 3, result.stderr
+    assert "no answer" in result.stderr and f"ROS_DOMAIN_ID={ros_domain}" in result.stderr
+
+
+def test_a_bad_fleet_file_is_a_clear_error(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("robots:\n  - {id: r1, type: submarine}\n")
+    result = run_client(
+        ["demo", "--fleet", str(fleet), "--commands", "1"], dict(os.environ), tmp_path
+    )
+    assert result.returncode == 2
+    assert "robots.0.type" in result.stderr and "Traceback" not in result.stderr
