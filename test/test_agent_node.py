@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -229,3 +230,20 @@ def test_sigterm_shuts_down_cleanly_and_keeps_the_store(fleet: FleetHarness) -> 
     fleet.start_agent("amr_3", "amr", start_y=5.0)
     fleet.send("amr_3", "k-before-stop", "dock", {"dock": "D5"}, attempt=2)
     assert fleet.answer_to("k-before-stop", 2).replayed
+
+
+def test_the_world_publishes_markers_for_rviz(shared_fleet: FleetHarness) -> None:
+    from visualization_msgs.msg import MarkerArray
+
+    fleet = shared_fleet
+    received: list[Any] = []
+    fleet.node.create_subscription(MarkerArray, "/world/markers", received.append, 1)
+    markers = fleet.spin_until(lambda: received and received[-1], "a MarkerArray").markers
+    namespaces = {marker.ns for marker in markers}
+    assert namespaces == {"slots", "robots"}
+    assert sum(marker.ns == "slots" for marker in markers) == 16  # every slot of the world
+    assert {marker.text for marker in markers if marker.ns == "robots"} >= {
+        "forklift_1",
+        "amr_1",
+        "amr_2",
+    }

@@ -30,47 +30,69 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
-@pytest.mark.slow
-def test_reduced_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
-    store = tmp_path / "demo"
+def run_demo(store: Path, *options: str) -> str:
+    """Run `fleet-idem demo` to the end; return its output after checking it passed."""
     run = subprocess.run(
-        [
-            FLEET_IDEM,
-            "demo",
-            "--commands",
-            "160",
-            "--speed",
-            "50",
-            "--seed",
-            "3",
-            "--drop-results",
-            "0.25",
-            "--duplicate-deliveries",
-            "0.2",
-            "--reordered-deliveries",
-            "0.2",
-            "--client-retries",
-            "0.2",
-            "--robot-crashes",
-            "2",
-            "--orchestrator-crashes",
-            "1",
-            "--store-dir",
-            str(store),
-        ],
+        [FLEET_IDEM, "demo", *options, "--store-dir", str(store)],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
-        cwd=tmp_path,
+        cwd=store.parent,
     )
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-5000:]
-    assert "result: PASS" in output
-    assert "[FAIL]" not in output
+    assert "result: PASS" in output and "[FAIL]" not in output
+    assert not processes_mentioning(str(store)), "the demo left processes behind"
+    return output
+
+
+@pytest.mark.slow
+def test_reduced_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
+    output = run_demo(
+        tmp_path / "demo",
+        "--commands",
+        "160",
+        "--speed",
+        "50",
+        "--seed",
+        "3",
+        "--drop-results",
+        "0.25",
+        "--duplicate-deliveries",
+        "0.2",
+        "--reordered-deliveries",
+        "0.2",
+        "--client-retries",
+        "0.2",
+        "--robot-crashes",
+        "2",
+        "--orchestrator-crashes",
+        "1",
+    )
     assert output.count("!! kill -9") == 3
     assert "160 planned" in output
-    assert not processes_mentioning(str(store)), "the demo left processes behind"
+    assert "lost results were recovered by re-sends" in output
+
+
+@pytest.mark.slow
+def test_agents_hosted_in_one_process_survive_a_crash_of_that_process(tmp_path: Path) -> None:
+    store = tmp_path / "hosted"
+    output = run_demo(
+        store,
+        "--host-agents",
+        "--commands",
+        "80",
+        "--speed",
+        "50",
+        "--robot-crashes",
+        "1",
+        "--orchestrator-crashes",
+        "0",
+    )
+    assert "!! kill -9 agents" in output
+    # One process, but one store per robot.
+    assert len(list((store / "robots").glob("*/data.mdb"))) == 6
 
 
 @pytest.mark.slow
