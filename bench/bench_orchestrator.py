@@ -42,6 +42,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from fleet_idempotency.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.msg import FleetEvent
 from fleet_idempotency.orchestrator_core import robot_key
+from fleet_idempotency.report import percentile
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 
 BIN = Path(sys.prefix) / "bin"
@@ -71,11 +72,6 @@ try:
 except (KeyboardInterrupt, ExternalShutdownException):
     pass
 """
-
-
-def percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def write_fleet(path: Path, robots: int, capacity: int) -> list[str]:

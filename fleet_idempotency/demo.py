@@ -371,10 +371,10 @@ class Demo:
             self.out(f"  !! restarted {name}")
 
     def _busy_robot(self, fleet: FleetConfig) -> str:
-        busy = [robot.id for robot in fleet.robots if self._busy.get(robot.id)]
+        busy = [robot for robot in fleet.robots if self._busy.get(robot.id)]
         # A busy forklift makes the most interesting victim: a pick cut in half.
-        forklifts = [robot_id for robot_id in busy if robot_id.startswith("forklift")]
-        choice = self.rng.choice(forklifts or busy or [r.id for r in fleet.robots])
+        forklifts = [robot.id for robot in busy if robot.type == "forklift"]
+        choice = self.rng.choice(forklifts or [r.id for r in busy or fleet.robots])
         return f"agent_{choice}"
 
     # --- audit --------------------------------------------------------------------------

@@ -90,7 +90,7 @@ class FleetProcesses:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.process.pid, signal.SIGKILL)
         child.process.wait()
-        _clean_dds_shared_memory()
+        clean_dds_shared_memory()
 
     def restart(self, name: str) -> None:
         self.start(name, self.children[name].argv)
@@ -126,7 +126,7 @@ def _process_name(spec: NodeSpec) -> str:
     return f"agent_{robot}" if robot else spec.executable
 
 
-def _clean_dds_shared_memory() -> None:
+def clean_dds_shared_memory() -> None:
     # A SIGKILLed Fast DDS participant leaves its shared-memory segments behind.
     with contextlib.suppress(FileNotFoundError, subprocess.SubprocessError):
         subprocess.run(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +12,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+
+from fleet_idempotency.processes import clean_dds_shared_memory
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 20.0
@@ -41,14 +42,6 @@ def wait_for(
             executor.spin_once(timeout_sec=poll_s)
         else:
             time.sleep(poll_s)
-
-
-def clean_dds_shared_memory() -> None:
-    """Remove the /dev/shm segments that a SIGKILLed Fast DDS participant leaves behind."""
-    fastdds = Path(sys.prefix) / "bin" / "fastdds"
-    tool = str(fastdds) if fastdds.exists() else shutil.which("fastdds")
-    if tool:
-        subprocess.run([tool, "shm", "clean"], capture_output=True, check=False, timeout=30)
 
 
 class ChildProcesses:
