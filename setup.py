@@ -200,13 +200,13 @@ setup(
     distclass=PlatformDistribution,
     entry_points={
         "console_scripts": [
-            "agent_driver = fleet_idempotency.agent_driver:main",
-            "orchestrator = fleet_idempotency.orchestrator:main",
-            "agent_host = fleet_idempotency.agent_host:main",
-            "world_simulator = fleet_idempotency.world_simulator:main",
-            "fleet-idem = fleet_idempotency.cli:main",
+            "agent_driver = fleet_idempotency.agent.node:main",
+            "orchestrator = fleet_idempotency.orchestrator.node:main",
+            "agent_host = fleet_idempotency.agent.host:main",
+            "world_simulator = fleet_idempotency.sim.world_node:main",
+            "fleet-idem = fleet_idempotency.bringup.cli:main",
             "fleet-idem-store = fleet_idempotency.store.cli:main",
-            "fleet-idem-events = fleet_idempotency.event_tool:main",
+            "fleet-idem-events = fleet_idempotency.events.cli:main",
         ],
     },
 )

@@ -25,9 +25,9 @@ from typing import Any
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 
-from fleet_idempotency.dds_isolation import isolated_environment, lease_domain_id
+from fleet_idempotency.bringup.report import percentile
 from fleet_idempotency.msg import CommandResult, FleetCommand
-from fleet_idempotency.report import percentile
+from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 
 BIN = Path(sys.prefix) / "bin"
 FLEET_FILE = Path(__file__).resolve().parents[1] / "config" / "fleet.yaml"
@@ -35,7 +35,7 @@ ECHO = """
 import rclpy
 from rclpy.executors import ExternalShutdownException
 from fleet_idempotency.msg import CommandResult, FleetCommand
-from fleet_idempotency.report import percentile
+from fleet_idempotency.bringup.report import percentile
 rclpy.init()
 node = rclpy.create_node("echo")
 results = node.create_publisher(CommandResult, "/fleet/results", 256)

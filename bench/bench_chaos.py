@@ -13,8 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from fleet_idempotency.demo import Demo, DemoOptions
-from fleet_idempotency.report import percentile
+from fleet_idempotency.bringup.demo import Demo, DemoOptions
+from fleet_idempotency.bringup.report import percentile
 
 FLEET_FILE = Path(__file__).resolve().parents[1] / "config" / "fleet.yaml"
 

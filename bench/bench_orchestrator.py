@@ -39,10 +39,10 @@ import yaml
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
-from fleet_idempotency.dds_isolation import isolated_environment, lease_domain_id
+from fleet_idempotency.bringup.report import percentile
 from fleet_idempotency.msg import FleetEvent
-from fleet_idempotency.orchestrator_core import robot_key
-from fleet_idempotency.report import percentile
+from fleet_idempotency.orchestrator.core import robot_key
+from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 
 BIN = Path(sys.prefix) / "bin"

@@ -5,7 +5,7 @@
 
 ``speed`` is a speed-up of simulated time (20: twenty times faster than real time);
 empty keeps the fleet file's ``simulation.time_scale``. The node list comes from
-``fleet_idempotency.bringup.launch_plan``, the same function ``fleet-idem up`` uses.
+``fleet_idempotency.bringup.plan.launch_plan``, the same function ``fleet-idem up`` uses.
 """
 
 from pathlib import Path
@@ -14,10 +14,10 @@ from launch import Action, LaunchContext, LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 
-from fleet_idempotency.bringup import launch_plan, time_scale_for_speed
-from fleet_idempotency.fleet_config import load_fleet
-from fleet_idempotency.launch_nodes import launch_nodes
-from fleet_idempotency.resources import default_fleet_file
+from fleet_idempotency.bringup.fleet_config import load_fleet
+from fleet_idempotency.bringup.launch_nodes import launch_nodes
+from fleet_idempotency.bringup.plan import launch_plan, time_scale_for_speed
+from fleet_idempotency.bringup.resources import default_fleet_file
 
 
 def _nodes(context: LaunchContext) -> list[Action]:

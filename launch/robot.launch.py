@@ -4,7 +4,7 @@
         [fleet:=my_fleet.yaml] [store_dir:=/var/lib/fleet_idempotency] [speed:=1]
 
 The robot's type, start pose, capacity and retention come from its entry in the fleet
-file, through the same ``fleet_idempotency.bringup`` function the fleet launch uses.
+file, through the same ``fleet_idempotency.bringup.plan`` function the fleet launch uses.
 """
 
 from pathlib import Path
@@ -13,10 +13,10 @@ from launch import Action, LaunchContext, LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 
-from fleet_idempotency.bringup import launch_plan, time_scale_for_speed
-from fleet_idempotency.fleet_config import load_fleet
-from fleet_idempotency.launch_nodes import launch_nodes
-from fleet_idempotency.resources import default_fleet_file
+from fleet_idempotency.bringup.fleet_config import load_fleet
+from fleet_idempotency.bringup.launch_nodes import launch_nodes
+from fleet_idempotency.bringup.plan import launch_plan, time_scale_for_speed
+from fleet_idempotency.bringup.resources import default_fleet_file
 
 
 def _agent(context: LaunchContext) -> list[Action]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from fleet_idempotency.dds_isolation import isolated_environment, lease_domain_id
+from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 
 if TYPE_CHECKING:
     import rclpy.context

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fleet_idempotency.qos import SERVICE_QOS
+from fleet_idempotency.ros.qos import SERVICE_QOS
 
 from ros_support import ChildProcesses, wait_for
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from fleet_idempotency.processes import clean_dds_shared_memory
+from fleet_idempotency.bringup.processes import clean_dds_shared_memory
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 20.0

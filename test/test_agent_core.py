@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from fleet_idempotency.agent_core import AgentCore
-from fleet_idempotency.dedup_window import RecentDeliveries
-from fleet_idempotency.fleet_config import load_fleet
+from fleet_idempotency.agent.core import AgentCore
+from fleet_idempotency.agent.dedup_window import RecentDeliveries
+from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.protocol import Answer, Delivery
 from fleet_idempotency.robots.simulated import SimulatedRobot
 from fleet_idempotency.sim.world import World

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fleet_idempotency.dds_isolation import isolated_environment, lease_domain_id
+from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 
 from fleet_harness import BIN, FleetHarness
 from ros_support import ChildProcesses

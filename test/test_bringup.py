@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet_idempotency.bringup import NodeSpec, launch_plan, time_scale_for_speed
-from fleet_idempotency.fleet_config import FleetConfigError, load_fleet, parse_fleet
+from fleet_idempotency.bringup.fleet_config import FleetConfigError, load_fleet, parse_fleet
+from fleet_idempotency.bringup.plan import NodeSpec, launch_plan, time_scale_for_speed
 
 REPO = Path(__file__).resolve().parents[1]
 FLEET_FILE = REPO / "config" / "fleet.yaml"
@@ -89,7 +89,7 @@ def test_launch_files_take_their_nodes_from_the_shared_plan(launch_file: str) ->
     imported = {
         alias.name
         for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module == "fleet_idempotency.bringup"
+        if isinstance(node, ast.ImportFrom) and node.module == "fleet_idempotency.bringup.plan"
         for alias in node.names
     }
     called = {

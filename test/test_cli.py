@@ -12,7 +12,7 @@ from pathlib import Path
 
 from test_demo import processes_mentioning
 
-from fleet_idempotency.dds_isolation import isolated_environment
+from fleet_idempotency.ros.dds_isolation import isolated_environment
 
 from ros_support import wait_for
 

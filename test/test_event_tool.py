@@ -10,7 +10,6 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from fleet_idempotency.event_tool import EXIT_LOG_ERROR, EXIT_OK, EXIT_USAGE, PATH_ENV, main
 from fleet_idempotency.events import (
     EventLogConfig,
     EventType,
@@ -18,6 +17,7 @@ from fleet_idempotency.events import (
     LmdbEventLog,
     replay,
 )
+from fleet_idempotency.events.cli import EXIT_LOG_ERROR, EXIT_OK, EXIT_USAGE, PATH_ENV, main
 from fleet_idempotency.store import IdempotencyStore, StoreConfig
 
 STAMP = 1_700_000_000.0
@@ -126,7 +126,7 @@ def test_it_runs_while_the_orchestrator_holds_the_log_open(log_path: Path) -> No
             [
                 sys.executable,
                 "-m",
-                "fleet_idempotency.event_tool",
+                "fleet_idempotency.events.cli",
                 "--path",
                 str(log_path),
                 "export",

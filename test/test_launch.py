@@ -2,7 +2,7 @@
 
 launch, launch_ros and launch_testing are not installable from PyPI, so on machines set
 up by scripts/setup.sh this module is skipped; the node list these launch files start is
-tested here through fleet_idempotency.bringup (test_bringup.py), and the same nodes run
+tested here through fleet_idempotency.bringup.plan (test_bringup.py), and the same nodes run
 as plain processes in test_agent_node.py, test_orchestrator_node.py and the demo test.
 Run with a sourced ROS 2 Jazzy:  launch_test test/test_launch.py   (or colcon test).
 """

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from fleet_idempotency.agent_core import AgentCore
+from fleet_idempotency.agent.core import AgentCore
+from fleet_idempotency.bringup.fleet_config import FleetConfig, load_fleet
 from fleet_idempotency.events import EventLogConfig, EventType, LmdbEventLog, replay
-from fleet_idempotency.fleet_config import FleetConfig, load_fleet
-from fleet_idempotency.orchestrator_core import (
+from fleet_idempotency.orchestrator.core import (
     OrchestratorCore,
     OrchestratorSettings,
     SubmitRequest,

@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from fleet_idempotency.events import EventLogConfig, EventType, LmdbEventLog, replay
-from fleet_idempotency.orchestrator_core import robot_key
+from fleet_idempotency.orchestrator.core import robot_key
 from fleet_idempotency.store import IdempotencyStore, StoreConfig
 
 from fleet_harness import FleetHarness

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fleet_idempotency.orchestrator import MAX_WAITING_SUBMITS
+from fleet_idempotency.orchestrator.node import MAX_WAITING_SUBMITS
 
 from fleet_harness import FleetHarness
 from ros_support import ChildProcesses

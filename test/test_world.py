@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from fleet_idempotency.fleet_config import FleetConfigError, load_fleet, parse_fleet
+from fleet_idempotency.bringup.fleet_config import FleetConfigError, load_fleet, parse_fleet
 from fleet_idempotency.sim.world import Pose, Slot, World, WorldActionFailed, WorldConfig
 
 HERE = Pose(x=0, y=0)

@@ -1,1 +1,15 @@
-"""Simulation of the warehouse world (no ROS imports)."""
+"""The simulated warehouse: the world, its side-effect oracle, and how robots reach it.
+
+- ``world``: waypoints, docks, pallet slots, arm stations; counts side effects per key.
+- ``world_link``: the ``WorldLink`` interface and its in-process implementation.
+- ``world_link_ros`` / ``world_node``: the same world over ROS services (``world_simulator``
+  executable).
+- ``mission``: a realistic mix of warehouse commands, planned robot by robot.
+
+Only the ROS-free pieces are re-exported here.
+"""
+
+from .world import Pose, World, WorldActionFailed, WorldConfig
+from .world_link import LocalWorldLink, WorldLink
+
+__all__ = ["LocalWorldLink", "Pose", "World", "WorldActionFailed", "WorldConfig", "WorldLink"]

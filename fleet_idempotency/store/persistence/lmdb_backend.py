@@ -1,6 +1,6 @@
 """LMDB implementation of the persistence interface.
 
-One environment directory, five named sub-databases:
+One environment directory (opened through ``lmdb_env``), six named sub-databases:
 
 - ``records``    scope NUL key -> record (codec.encode_record)
 - ``tombstones`` scope NUL key -> tombstone
@@ -13,17 +13,13 @@ One environment directory, five named sub-databases:
 from __future__ import annotations
 
 import math
-import os
 import struct
-import threading
 from collections.abc import Callable
-from contextlib import AbstractContextManager, suppress
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
-import lmdb
-
-from ..errors import ReadOnlyStore, SchemaMismatch, StoreCorrupted, StoreError
+from ..errors import ReadOnlyStore, SchemaMismatch, StoreClosed, StoreCorrupted, StoreError
 from ..keys import record_id
 from ..records import Record, Tombstone
 from .base import CapacityExhausted, PersistenceBackend, ReadView, StoreCounts, WriteView
@@ -36,12 +32,27 @@ from .codec import (
     encode_record,
     encode_tombstone,
 )
-from .rwlock import SharedExclusiveLock
+from .lmdb_env import META_DB, LmdbEnvironment, LmdbErrors, LmdbLayout
 
 T = TypeVar("T")
 
 FORMAT_MARKER = b"fleet_idempotency.store"
-_DB_NAMES = (b"records", b"tombstones", b"rec_expiry", b"tomb_expiry", b"in_flight", b"meta")
+_LAYOUT = LmdbLayout(
+    db_names=(b"records", b"tombstones", b"rec_expiry", b"tomb_expiry", b"in_flight", META_DB),
+    format_marker=FORMAT_MARKER,
+    schema_version=SCHEMA_VERSION,
+    initial_meta={},
+    data_db=b"records",
+)
+_ERRORS = LmdbErrors(
+    kind="store",
+    error=StoreError,
+    corrupted=StoreCorrupted,
+    schema_mismatch=SchemaMismatch,
+    full=CapacityExhausted,
+    read_only=ReadOnlyStore,
+    closed=StoreClosed,
+)
 _EXPIRY_PREFIX = struct.Struct(">Q")
 _EMPTY = b""
 
@@ -109,26 +120,13 @@ class _LmdbReadView(ReadView):
                     found.append(decode_record(bytes(rid), raw))
         return found
 
-    def _page_counts(self) -> tuple[int, dict[bytes, int]]:
-        used_pages = 0
-        entries: dict[bytes, int] = {}
-        for name, db in self._b.dbs.items():
-            stat = self._txn.stat(db)
-            used_pages += stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
-            entries[name] = stat["entries"]
-        # +2 meta pages and the main (catalogue) database: tiny, counted for honesty.
-        return used_pages + 3, entries
-
     def used_bytes(self) -> int:
-        return self._page_counts()[0] * self._b.page_size
+        return self._b.env.used_pages(self._txn)[0] * self._b.page_size
 
     def counts(self) -> StoreCounts:
-        used_pages, entries = self._page_counts()
+        used_pages, entries = self._b.env.used_pages(self._txn)
         used_bytes = used_pages * self._b.page_size
-        try:
-            file_bytes = os.path.getsize(self._b.path / "data.mdb")
-        except OSError:
-            file_bytes = 0
+        file_bytes = self._b.env.file_bytes()
         return StoreCounts(
             records=entries[b"records"],
             tombstones=entries[b"tombstones"],
@@ -216,11 +214,12 @@ class _ReadSnapshot(AbstractContextManager[ReadView]):
         self._backend = backend
 
     def __enter__(self) -> ReadView:
-        self._view, self._slot = self._backend.begin_read()
+        txn, self._slot = self._backend.env.begin_read()
+        self._view = _LmdbReadView(self._backend, txn)
         return self._view
 
     def __exit__(self, *exc_info: object) -> None:
-        LmdbBackend.end_read(self._view, self._slot)
+        LmdbEnvironment.end_read(self._view.txn, self._slot)
 
 
 class LmdbBackend(PersistenceBackend):
@@ -238,185 +237,38 @@ class LmdbBackend(PersistenceBackend):
     ) -> None:
         self.path = Path(path)
         self.readonly = readonly
-        self._map_size_max = map_size_max
-        self._resizes = 0
-        self._rw = SharedExclusiveLock()
-        self._write_lock = threading.Lock()
-        self._env = self._open_env(map_size_initial, durable, metasync)
-        try:
-            self.page_size: int = self._env.stat()["psize"]
-            self.dbs = self._open_dbs()
-            self._check_schema()
-        except BaseException:
-            self._env.close()
-            raise
+        self.env = LmdbEnvironment(
+            self.path,
+            _LAYOUT,
+            _ERRORS,
+            map_size_initial=map_size_initial,
+            map_size_max=map_size_max,
+            sync=durable,
+            metasync=metasync,
+            readonly=readonly,
+        )
+        self.page_size = self.env.page_size
+        self.dbs = self.env.dbs
         self.db_records = self.dbs[b"records"]
         self.db_tombstones = self.dbs[b"tombstones"]
         self.db_rec_expiry = self.dbs[b"rec_expiry"]
         self.db_tomb_expiry = self.dbs[b"tomb_expiry"]
         self.db_in_flight = self.dbs[b"in_flight"]
-        self.db_meta = self.dbs[b"meta"]
-
-    # -- opening -----------------------------------------------------------------------
-
-    def _open_env(self, map_size_initial: int, durable: bool, metasync: bool) -> Any:
-        if self.path.exists() and not self.path.is_dir():
-            raise StoreCorrupted(
-                f"{self.path} is a file; a store is a directory holding data.mdb and lock.mdb"
-            )
-        if self.readonly and not (self.path / "data.mdb").exists():
-            raise StoreError(f"no store at {self.path} (data.mdb not found)")
-        if not self.readonly:
-            self.path.mkdir(parents=True, exist_ok=True)
-        try:
-            return lmdb.open(
-                str(self.path),
-                map_size=map_size_initial,
-                subdir=True,
-                readonly=self.readonly,
-                sync=durable,
-                metasync=durable and metasync,
-                max_dbs=len(_DB_NAMES) + 2,
-                max_readers=256,
-                # Random point lookups: readahead would only pollute the page cache.
-                readahead=False,
-                meminit=False,
-                lock=True,
-            )
-        except (lmdb.InvalidError, lmdb.VersionMismatchError, lmdb.CorruptedError) as exc:
-            raise StoreCorrupted(
-                f"{self.path} does not hold a readable LMDB store ({exc}); move it aside "
-                "and restart to create a fresh store, or restore it from a backup"
-            ) from None
-        except lmdb.Error as exc:
-            raise StoreError(f"cannot open the store at {self.path}: {exc}") from None
-
-    def _open_dbs(self) -> dict[bytes, Any]:
-        with self._env.begin() as txn:
-            catalogue = {bytes(k) for k, _ in txn.cursor()}
-        foreign = catalogue - set(_DB_NAMES)
-        if foreign or (self.readonly and b"meta" not in catalogue):
-            raise StoreCorrupted(
-                f"{self.path} is an LMDB environment but not a fleet_idempotency store "
-                f"(sub-databases found: {sorted(n.decode(errors='replace') for n in catalogue)})"
-            )
-        try:
-            if self.readonly:
-                return {n: self._env.open_db(n, create=False) for n in _DB_NAMES}
-            with self._env.begin(write=True) as txn:
-                return {n: self._env.open_db(n, txn=txn) for n in _DB_NAMES}
-        except lmdb.Error as exc:
-            raise StoreCorrupted(
-                f"{self.path}: cannot open the store's sub-databases ({exc})"
-            ) from None
-
-    def _check_schema(self) -> None:
-        meta = self.dbs[b"meta"]
-        with self._env.begin() as txn:
-            marker = txn.get(b"format", db=meta)
-            version = txn.get(b"schema_version", db=meta)
-            has_records = txn.stat(self.dbs[b"records"])["entries"] > 0
-        if marker is None and version is None and not has_records and not self.readonly:
-            with self._env.begin(write=True) as txn:
-                txn.put(b"format", FORMAT_MARKER, db=meta)
-                txn.put(b"schema_version", str(SCHEMA_VERSION).encode(), db=meta)
-            return
-        if marker != FORMAT_MARKER or version is None:
-            raise StoreCorrupted(
-                f"{self.path} is not a fleet_idempotency store (format marker missing)"
-            )
-        if version != str(SCHEMA_VERSION).encode():
-            raise SchemaMismatch(
-                f"{self.path} was written with store schema version "
-                f"{bytes(version).decode(errors='replace')}; this code reads version "
-                f"{SCHEMA_VERSION}. Use the matching release or migrate the store."
-            )
-
-    # -- transactions --------------------------------------------------------------------
+        self.db_meta = self.dbs[META_DB]
 
     def map_size(self) -> int:
-        return int(self._env.info()["map_size"])
+        return self.env.map_size()
 
     def resize_count(self) -> int:
-        return self._resizes
-
-    def _adopt_map_size(self) -> None:
-        # Another process grew the map: size 0 asks LMDB to adopt the size in the file.
-        with self._rw.exclusive():
-            self._env.set_mapsize(0)
-
-    def _grow(self) -> bool:
-        current = self.map_size()
-        if current >= self._map_size_max:
-            return False
-        with self._rw.exclusive():
-            self._env.set_mapsize(min(self._map_size_max, current * 2))
-        self._resizes += 1
-        return True
+        return self.env.resizes
 
     def read(self) -> AbstractContextManager[ReadView]:
         # A plain class rather than a generator context manager: this runs on every
         # duplicate check, where the generator machinery was a measurable share.
         return _ReadSnapshot(self)
 
-    def begin_read(self) -> tuple[_LmdbReadView, threading.RLock]:
-        """Open a snapshot under the shared lock; ``end_read`` must follow."""
-        while True:
-            slot = self._rw.acquire_shared()
-            try:
-                txn = self._env.begin(buffers=False)
-            except lmdb.MapResizedError:
-                slot.release()
-                self._adopt_map_size()
-                continue
-            except BaseException:
-                slot.release()
-                raise
-            return _LmdbReadView(self, txn), slot
-
-    @staticmethod
-    def end_read(view: _LmdbReadView, slot: threading.RLock) -> None:
-        try:
-            with suppress(lmdb.Error):
-                view.txn.abort()
-        finally:
-            slot.release()
-
     def run_write(self, apply: Callable[[WriteView], T]) -> T:
-        if self.readonly:
-            raise ReadOnlyStore(f"the store at {self.path} is open read-only")
-        with self._write_lock:
-            while True:
-                # Held shared from before begin() to the end of the transaction: a reader of
-                # this process that adopts a map grown by another process must not resize
-                # while this thread waits in begin() for LMDB's writer lock or holds a write
-                # transaction. Growing from here re-enters this thread's own slot.
-                slot = self._rw.acquire_shared()
-                try:
-                    try:
-                        txn = self._env.begin(write=True)
-                    except lmdb.MapResizedError:
-                        self._adopt_map_size()
-                        continue
-                    try:
-                        result = apply(_LmdbWriteView(self, txn))
-                        txn.commit()
-                        return result
-                    except lmdb.MapFullError:
-                        with suppress(lmdb.Error):
-                            txn.abort()
-                        if not self._grow():
-                            raise CapacityExhausted(
-                                f"the store at {self.path} reached map_size_max "
-                                f"({self._map_size_max} bytes)"
-                            ) from None
-                    except BaseException:
-                        with suppress(lmdb.Error):
-                            txn.abort()
-                        raise
-                finally:
-                    slot.release()
+        return self.env.run_write(lambda txn: apply(_LmdbWriteView(self, txn)))
 
     def close(self) -> None:
-        with self._write_lock, self._rw.exclusive():
-            self._env.close()
+        self.env.close()

@@ -16,7 +16,7 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
-from fleet_idempotency.qos import SERVICE_QOS
+from fleet_idempotency.ros.qos import SERVICE_QOS
 from fleet_idempotency.sim.world import Pose, WorldActionFailed, WorldActionName, WorldConfig
 from fleet_idempotency.srv import GetWorldState, WorldAction
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleet_idempotency.fleet_config import FleetConfig, RobotSpec
+from fleet_idempotency.bringup.fleet_config import FleetConfig, RobotSpec
 
 PACKAGE = "fleet_idempotency"
 ParameterValue = str | int | float | bool

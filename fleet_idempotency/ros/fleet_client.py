@@ -19,7 +19,7 @@ from rclpy.context import Context
 from rclpy.executors import MultiThreadedExecutor
 
 from fleet_idempotency.msg import CommandResult, FleetEvent, RobotStatus
-from fleet_idempotency.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
+from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 
 FIRST_RESEND_S = 3.0

@@ -17,10 +17,10 @@ from pydantic import ValidationError
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
+from fleet_idempotency.bringup.fleet_config import FleetConfigError
 from fleet_idempotency.events import EventLogError
-from fleet_idempotency.fleet_config import FleetConfigError
+from fleet_idempotency.sim.world_link_ros import WorldUnavailable
 from fleet_idempotency.store import StoreError
-from fleet_idempotency.world_link_ros import WorldUnavailable
 
 # Errors a user can fix (a bad fleet file, a store from elsewhere, no world simulator):
 # reported as one clear line, not a traceback.

@@ -29,9 +29,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fleet_idempotency.bringup.fleet_config import FleetConfig
 from fleet_idempotency.commands import InvalidCommand, validate_command
 from fleet_idempotency.events import EventLog, EventType, FleetEventRecord, replay
-from fleet_idempotency.fleet_config import FleetConfig
 from fleet_idempotency.protocol import (
     ACCEPTED,
     BAD_REQUEST,

@@ -22,25 +22,25 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallb
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
+from fleet_idempotency.bringup.fleet_config import load_fleet
+from fleet_idempotency.bringup.resources import default_fleet_file
 from fleet_idempotency.events import EventLogConfig, FleetEventRecord, LmdbEventLog
-from fleet_idempotency.fleet_config import load_fleet
 from fleet_idempotency.msg import CommandResult, FleetCommand, FleetEvent, RobotStatus
-from fleet_idempotency.node_main import run_nodes
-from fleet_idempotency.orchestrator_core import (
+from fleet_idempotency.orchestrator.core import (
     OrchestratorCore,
     OrchestratorSettings,
     SubmitAnswer,
     SubmitRequest,
 )
 from fleet_idempotency.protocol import CONFLICT, Delivery, KeyStatus
-from fleet_idempotency.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
-from fleet_idempotency.resources import default_fleet_file
-from fleet_idempotency.ros_convert import (
+from fleet_idempotency.ros.convert import (
     answer_from_msg,
     delivery_to_msg,
     epoch_to_time,
     fill_check_key_response,
 )
+from fleet_idempotency.ros.node_main import run_nodes
+from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
 from fleet_idempotency.srv import CheckKey, SubmitCommand
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from launch_ros.actions import Node
 
-from fleet_idempotency.bringup import NodeSpec, parameters_as_launch
+from fleet_idempotency.bringup.plan import NodeSpec, parameters_as_launch
 
 
 def launch_nodes(plan: list[NodeSpec]) -> list[Node]:

@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from fleet_idempotency.agent.dedup_window import RecentDeliveries
 from fleet_idempotency.commands import InvalidCommand, parse_payload, validate_command
-from fleet_idempotency.dedup_window import RecentDeliveries
 from fleet_idempotency.protocol import (
     BAD_REQUEST,
     BUSY,

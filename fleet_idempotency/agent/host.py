@@ -17,10 +17,10 @@ from pathlib import Path
 import rclpy
 from rclpy.parameter import Parameter
 
-from fleet_idempotency.agent_driver import AgentDriver
-from fleet_idempotency.bringup import agent_node
-from fleet_idempotency.fleet_config import load_fleet
-from fleet_idempotency.node_main import run_nodes
+from fleet_idempotency.agent.node import AgentDriver
+from fleet_idempotency.bringup.fleet_config import load_fleet
+from fleet_idempotency.bringup.plan import agent_node
+from fleet_idempotency.ros.node_main import run_nodes
 
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:

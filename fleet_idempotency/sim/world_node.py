@@ -14,10 +14,10 @@ from pathlib import Path
 from rclpy.node import Node
 from visualization_msgs.msg import Marker, MarkerArray
 
-from fleet_idempotency.fleet_config import load_fleet
-from fleet_idempotency.node_main import run_nodes
-from fleet_idempotency.qos import SERVICE_QOS
-from fleet_idempotency.resources import default_fleet_file
+from fleet_idempotency.bringup.fleet_config import load_fleet
+from fleet_idempotency.bringup.resources import default_fleet_file
+from fleet_idempotency.ros.node_main import run_nodes
+from fleet_idempotency.ros.qos import SERVICE_QOS
 from fleet_idempotency.sim.world import COUNTED_ACTIONS, Pose, World, WorldActionFailed
 from fleet_idempotency.srv import GetWorldState, WorldAction
 

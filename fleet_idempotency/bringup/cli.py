@@ -24,13 +24,13 @@ from types import FrameType
 
 import rclpy
 
-from fleet_idempotency.bringup import launch_plan, time_scale_for_speed
-from fleet_idempotency.dds_isolation import isolated_environment, lease_domain_id
-from fleet_idempotency.demo import Demo, DemoOptions
-from fleet_idempotency.fleet_client import FleetClient, NoAnswer
-from fleet_idempotency.fleet_config import FleetConfigError, load_fleet
-from fleet_idempotency.processes import FleetProcesses
-from fleet_idempotency.resources import default_fleet_file
+from fleet_idempotency.bringup.demo import Demo, DemoOptions
+from fleet_idempotency.bringup.fleet_config import FleetConfigError, load_fleet
+from fleet_idempotency.bringup.plan import launch_plan, time_scale_for_speed
+from fleet_idempotency.bringup.processes import FleetProcesses
+from fleet_idempotency.bringup.resources import default_fleet_file
+from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
+from fleet_idempotency.ros.fleet_client import FleetClient, NoAnswer
 
 
 def _fleet_argument(parser: argparse.ArgumentParser) -> None:

@@ -24,15 +24,15 @@ from typing import Any
 import rclpy
 import yaml
 
-from fleet_idempotency.bringup import launch_plan
-from fleet_idempotency.dds_isolation import isolated_environment, lease_domain_id
+from fleet_idempotency.bringup.fleet_config import FaultSettings, FleetConfig, load_fleet
+from fleet_idempotency.bringup.plan import launch_plan
+from fleet_idempotency.bringup.processes import FleetProcesses
+from fleet_idempotency.bringup.report import RunFigures, check_invariants, render
 from fleet_idempotency.events import EventLogConfig, LmdbEventLog, replay
-from fleet_idempotency.fleet_client import FleetClient, NoAnswer
-from fleet_idempotency.fleet_config import FaultSettings, FleetConfig, load_fleet
-from fleet_idempotency.mission import MissionPlanner, PlannedCommand
-from fleet_idempotency.orchestrator_core import robot_key
-from fleet_idempotency.processes import FleetProcesses
-from fleet_idempotency.report import RunFigures, check_invariants, render
+from fleet_idempotency.orchestrator.core import robot_key
+from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
+from fleet_idempotency.ros.fleet_client import FleetClient, NoAnswer
+from fleet_idempotency.sim.mission import MissionPlanner, PlannedCommand
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 
 CLIENT_ID = "wms"

@@ -19,23 +19,23 @@ from typing import Any
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 
-from fleet_idempotency.agent_core import AgentCore
+from fleet_idempotency.agent.core import AgentCore
+from fleet_idempotency.agent.dedup_window import RecentDeliveries
 from fleet_idempotency.commands import COMMAND_TYPES
-from fleet_idempotency.dedup_window import RecentDeliveries
 from fleet_idempotency.msg import CommandResult, FleetCommand, RobotStatus
-from fleet_idempotency.node_main import run_nodes
 from fleet_idempotency.protocol import Answer
-from fleet_idempotency.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
 from fleet_idempotency.robots.simulated import SimulatedRobot
-from fleet_idempotency.ros_convert import (
+from fleet_idempotency.ros.convert import (
     answer_to_msg,
     delivery_from_msg,
     fill_check_key_response,
 )
+from fleet_idempotency.ros.node_main import run_nodes
+from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
 from fleet_idempotency.sim.world import Pose
+from fleet_idempotency.sim.world_link_ros import RosWorldLink
 from fleet_idempotency.srv import CheckKey
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
-from fleet_idempotency.world_link_ros import RosWorldLink
 
 
 class AgentDriver(Node):

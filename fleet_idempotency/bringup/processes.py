@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleet_idempotency.bringup import NodeSpec
+from fleet_idempotency.bringup.plan import NodeSpec
 
 
 @dataclass

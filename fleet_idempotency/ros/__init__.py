@@ -1,0 +1,11 @@
+"""What every node of the package shares with ROS 2.
+
+- ``qos``: the quality-of-service profiles of every endpoint.
+- ``convert``: generated messages <-> the transport-neutral forms of ``protocol``.
+- ``node_main``: the shared ``main()`` body (spin, clean shutdown, clear start-up errors).
+- ``fleet_client``: a client of the fleet's API, as a warehouse system would use it.
+- ``dds_isolation``: keep one run's DDS traffic away from other runs on the same machine
+  (no rclpy import).
+
+Nothing is re-exported: importing this package must not load rclpy.
+"""
