@@ -47,22 +47,15 @@ from .model import (
 )
 
 _META_NEXT = b"next_sequence"
+# next_sequence is written with the format marker, so a log always has one.
 _LAYOUT = LmdbLayout(
-    db_names=(b"events", b"identity", b"by_key", META_DB),
-    format_marker=FORMAT_MARKER,
-    schema_version=SCHEMA_VERSION,
-    initial_meta={_META_NEXT: sequence_key(1)},
-    data_db=b"events",
-)
+    (b"events", b"identity", b"by_key", META_DB), FORMAT_MARKER, SCHEMA_VERSION,
+    data_db=b"events", initial_meta={_META_NEXT: sequence_key(1)},
+)  # fmt: skip
 _ERRORS = LmdbErrors(
-    kind="event log",
-    error=EventLogError,
-    corrupted=EventLogCorrupted,
-    schema_mismatch=EventLogSchemaMismatch,
-    full=EventLogFull,
-    read_only=EventLogReadOnly,
-    closed=EventLogClosed,
-)
+    "event log", EventLogError, EventLogCorrupted, EventLogSchemaMismatch, EventLogFull,
+    EventLogReadOnly, EventLogClosed,
+)  # fmt: skip
 # Reads are served in pages of short transactions: a long export never pins old pages
 # (which would stop LMDB from reusing them) nor holds off a map resize.
 _READ_PAGE = 512

@@ -35,24 +35,17 @@ from .codec import (
 from .lmdb_env import META_DB, LmdbEnvironment, LmdbErrors, LmdbLayout
 
 T = TypeVar("T")
+E = TypeVar("E")
 
 FORMAT_MARKER = b"fleet_idempotency.store"
 _LAYOUT = LmdbLayout(
-    db_names=(b"records", b"tombstones", b"rec_expiry", b"tomb_expiry", b"in_flight", META_DB),
-    format_marker=FORMAT_MARKER,
-    schema_version=SCHEMA_VERSION,
-    initial_meta={},
-    data_db=b"records",
-)
+    (b"records", b"tombstones", b"rec_expiry", b"tomb_expiry", b"in_flight", META_DB),
+    FORMAT_MARKER, SCHEMA_VERSION, data_db=b"records",
+)  # fmt: skip
 _ERRORS = LmdbErrors(
-    kind="store",
-    error=StoreError,
-    corrupted=StoreCorrupted,
-    schema_mismatch=SchemaMismatch,
-    full=CapacityExhausted,
-    read_only=ReadOnlyStore,
-    closed=StoreClosed,
-)
+    "store", StoreError, StoreCorrupted, SchemaMismatch, CapacityExhausted, ReadOnlyStore,
+    StoreClosed,
+)  # fmt: skip
 _EXPIRY_PREFIX = struct.Struct(">Q")
 _EMPTY = b""
 
@@ -177,31 +170,33 @@ class _LmdbWriteView(_LmdbReadView, WriteView):
         txn.delete(rid, db=b.db_tombstones)
         txn.delete(_expiry_key(tombstone.tombstone_expires_at, rid), db=b.db_tomb_expiry)
 
-    def _expired_ids(self, index_db: Any, now: float, limit: int) -> list[bytes]:
+    def _expired(
+        self,
+        index_db: Any,
+        data_db: Any,
+        decode: Callable[[bytes, bytes], E],
+        now: float,
+        limit: int,
+    ) -> list[E]:
+        # The index is ordered by expiry time: only its head is read, never the whole store.
         now_ms = math.floor(now * 1000.0)
-        ids: list[bytes] = []
+        found: list[E] = []
         with self._txn.cursor(db=index_db) as cursor:
             for index_key in cursor.iternext(keys=True, values=False):
-                if _EXPIRY_PREFIX.unpack_from(index_key)[0] > now_ms or len(ids) >= limit:
+                if _EXPIRY_PREFIX.unpack_from(index_key)[0] > now_ms or len(found) >= limit:
                     break
-                ids.append(bytes(index_key[_EXPIRY_PREFIX.size :]))
-        return ids
+                rid = bytes(index_key[_EXPIRY_PREFIX.size :])
+                raw = self._txn.get(rid, db=data_db)
+                if raw is not None:
+                    found.append(decode(rid, raw))
+        return found
 
     def expired_records(self, now: float, limit: int) -> list[Record]:
-        out: list[Record] = []
-        for rid in self._expired_ids(self._b.db_rec_expiry, now, limit):
-            raw = self._txn.get(rid, db=self._b.db_records)
-            if raw is not None:
-                out.append(decode_record(rid, raw))
-        return out
+        return self._expired(self._b.db_rec_expiry, self._b.db_records, decode_record, now, limit)
 
     def expired_tombstones(self, now: float, limit: int) -> list[Tombstone]:
-        out: list[Tombstone] = []
-        for rid in self._expired_ids(self._b.db_tomb_expiry, now, limit):
-            raw = self._txn.get(rid, db=self._b.db_tombstones)
-            if raw is not None:
-                out.append(decode_tombstone(rid, raw))
-        return out
+        b = self._b
+        return self._expired(b.db_tomb_expiry, b.db_tombstones, decode_tombstone, now, limit)
 
     def put_meta(self, name: str, value: bytes) -> None:
         self._txn.put(name.encode("ascii"), value, db=self._b.db_meta)

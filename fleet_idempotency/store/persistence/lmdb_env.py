@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,10 +47,10 @@ class LmdbLayout:
     db_names: tuple[bytes, ...]  # must include META_DB
     format_marker: bytes
     schema_version: int
-    # Meta entries written with the marker when the environment is new, and required after.
-    initial_meta: Mapping[bytes, bytes]
     # A sub-database whose entries prove the environment is in use (no re-initialising).
     data_db: bytes
+    # Meta entries written with the marker when the environment is new, and required after.
+    initial_meta: Mapping[bytes, bytes] = field(default_factory=dict)
 
 
 class LmdbEnvironment:
