@@ -1,33 +1,31 @@
-"""The orchestrator's logic, free of ROS: accept, queue, dispatch, retry, reconcile.
+"""The orchestrator's logic, free of ROS: submit admission, results, status checks, restore.
 
 Every client submit is claimed in the orchestrator's own store, scoped per client, before
 it is queued, so a retried submit is answered from the store and never queued twice.
 Each queued command is dispatched to its robot under a robot-side key derived from
 (client, key) and re-sent with the same key (attempt + 1, backoff with jitter) until the
 robot's final result arrives; the robot's own store makes every re-send harmless.
-Dispatch respects each robot's advertised capacity (no dispatch to a full robot, no
-retries to an offline one). Every state change is appended to the event log.
+When deliveries are due is the ``Dispatcher``'s job (``dispatch.py``); building and
+appending events is the ``Journal``'s (``journal.py``). This module decides what a
+submit or a result means for the store and the log.
 
 Threads: the node calls ``submit``/``check_key`` from service threads and ``on_result``/
-``on_status``/``tick`` from others; one lock guards the in-memory queues, and store
-writes (fsyncs) happen outside it so that concurrent submits share commits.
+``on_status``/``tick`` from others; the dispatcher's lock guards the in-memory lanes, and
+store writes (fsyncs) happen outside it so that concurrent submits share commits.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import random
 import re
 import threading
 import time
 import uuid
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from fleet_idempotency.bringup.fleet_config import FleetConfig
 from fleet_idempotency.commands import InvalidCommand, validate_command
@@ -61,25 +59,21 @@ from fleet_idempotency.store import (
     UnknownKey,
     validate_key,
 )
-from fleet_idempotency.store.keys import MAX_TOKEN_LENGTH
+
+from .dispatch import (
+    FINAL_STATES,
+    Dispatcher,
+    OrchestratorSettings,
+    PendingCommand,
+    ResultEffect,
+    RobotLane,
+    robot_key,
+)
+from .journal import Journal, accepted_detail, result_detail
 
 CLIENT_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
-_FINAL = (State.COMPLETED, State.FAILED, State.INTERRUPTED)
 
-
-class OrchestratorSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    queue_capacity_per_robot: int = Field(default=256, ge=1)
-    retry_initial_s: float = Field(default=0.5, gt=0)
-    retry_max_s: float = Field(default=5.0, gt=0)
-    retry_jitter: float = Field(default=0.2, ge=0, le=1)
-    # A robot whose status has not been heard for this long is offline: no dispatch and
-    # no retries to it until it is heard again.
-    offline_after_s: float = Field(default=3.0, gt=0)
-    # After a 429 from a robot, wait at least this long before dispatching to it again,
-    # even if a status claims room (statuses and results may cross on the wire).
-    busy_pause_s: float = Field(default=0.5, ge=0)
+__all__ = ["OrchestratorCore", "OrchestratorSettings", "SubmitAnswer", "SubmitRequest", "robot_key"]
 
 
 @dataclass(frozen=True)
@@ -101,52 +95,7 @@ class SubmitAnswer:
 
     @property
     def is_final(self) -> bool:
-        return self.state in _FINAL
-
-
-@dataclass
-class _Command:
-    """One accepted command between its acceptance and its final result."""
-
-    client_id: str
-    key: str
-    robot_id: str
-    command_type: str
-    payload_json: str
-    fingerprint: str
-    robot_key: str
-    # Distinguishes successive claims of one key (a key released after a robot's refusal
-    # may be claimed again): part of every event identity, so the log keeps both lives.
-    claim_id: str
-    attempt: int = 0
-    dispatched: bool = False
-    acknowledged: bool = False
-    next_send_at: float = 0.0
-    backoff_s: float = 0.0
-
-
-@dataclass
-class _Robot:
-    robot_id: str
-    robot_type: str
-    capacity: int
-    queue: deque[_Command] = field(default_factory=deque)
-    in_flight: dict[str, _Command] = field(default_factory=dict)  # by robot-side key
-    last_heard: float | None = None
-    online: bool = False
-    paused_until: float = 0.0
-
-
-def robot_key(client_id: str, key: str) -> str:
-    """The key a robot sees: unique per (client, key), since a robot's scope is itself.
-
-    Readable when it fits the 128-character key limit; otherwise the client key is
-    replaced by its SHA-256, which keeps the mapping deterministic across restarts.
-    """
-    readable = f"{client_id}:{key}"
-    if len(readable) <= MAX_TOKEN_LENGTH:
-        return readable
-    return f"{client_id}:#{hashlib.sha256(key.encode()).hexdigest()}"
+        return self.state in FINAL_STATES
 
 
 class OrchestratorCore:
@@ -165,13 +114,14 @@ class OrchestratorCore:
         self.settings = settings or OrchestratorSettings()
         self.store = store
         self.events = events
-        self._on_event = on_event
-        self._clock = clock
         self._wall_clock = wall_clock
-        self._rng = rng or random.Random()
+        lanes = {spec.id: RobotLane(spec.id, spec.type, spec.capacity) for spec in fleet.robots}
+        self._dispatcher = Dispatcher(lanes, self.settings, clock=clock, rng=rng or random.Random())
+        self._journal = Journal(events, on_event=on_event, wall_clock=wall_clock)
+        # Guards the maps below; the dispatcher's own lock guards the lanes.
         self._lock = threading.RLock()
-        self._robots = {spec.id: _Robot(spec.id, spec.type, spec.capacity) for spec in fleet.robots}
-        self._by_client_key: dict[tuple[str, str], _Command] = {}
+        self._robots = lanes
+        self._by_client_key: dict[tuple[str, str], PendingCommand] = {}
         self._rejections: dict[tuple[str, str], tuple[int, str]] = {}
         self._duplicates: Counter[tuple[str, str]] = Counter()
         self.counters: Counter[str] = Counter()
@@ -195,27 +145,25 @@ class OrchestratorCore:
                 view = state.keys.get((record.scope, record.key))
                 command = self._command_from_record(record)
                 if view is None or view.state not in (State.ACCEPTED, State.IN_PROGRESS):
-                    self._append(EventType.ACCEPTED, command, self._accepted_detail(command))
+                    self._journal.append(EventType.ACCEPTED, command, accepted_detail(command))
                 else:
                     command.attempt = view.attempts
                 self._by_client_key[(command.client_id, command.key)] = command
-                robot = self._robots[command.robot_id]
                 if command.attempt > 0:
                     # Sent before the crash: keep it in flight and re-send at once (same
                     # key, next attempt); the robot answers from its store if it has it.
-                    command.dispatched = True
-                    robot.in_flight[command.robot_key] = command
+                    self._dispatcher.restore_in_flight(command)
                 else:
-                    robot.queue.append(command)
+                    self._dispatcher.enqueue(command)
                 self.counters["restored"] += 1
             for record in self.store.iter_records():
                 view = state.keys.get((record.scope, record.key))
                 if record.state.is_final and (view is None or view.state != record.state):
                     command = self._command_from_record(record)
-                    self._append(EventType.RESULT, command, _result_detail(record))
+                    self._journal.append(EventType.RESULT, command, result_detail(record))
 
-    def _command_from_record(self, record: Record) -> _Command:
-        return _Command(
+    def _command_from_record(self, record: Record) -> PendingCommand:
+        return PendingCommand(
             client_id=record.scope,
             key=record.key,
             robot_id=record.robot_id,
@@ -235,15 +183,14 @@ class OrchestratorCore:
             self.counters["invalid"] += 1
             return SubmitAnswer(State.REJECTED, BAD_REQUEST, message=str(invalid))
         client_key = (request.client_id, request.key)
-        robot = self._robots[request.robot_id]
-        if self._queue_full(robot) and not isinstance(
+        if self._dispatcher.queue_full(request.robot_id) and not isinstance(
             self.store.check(request.client_id, request.key), Record
         ):
             self.counters["queue_full"] += 1
             return SubmitAnswer(
                 State.REJECTED,
                 BUSY,
-                message=f"the orchestrator queue for {robot.robot_id} is full "
+                message=f"the orchestrator queue for {request.robot_id} is full "
                 f"({self.settings.queue_capacity_per_robot}); retry later",
             )
         try:
@@ -266,8 +213,8 @@ class OrchestratorCore:
             with self._lock:
                 self._rejections.pop(client_key, None)
                 self._by_client_key[client_key] = command
-                robot.queue.append(command)
-            self._append(EventType.ACCEPTED, command, self._accepted_detail(command))
+            self._dispatcher.enqueue(command)
+            self._journal.append(EventType.ACCEPTED, command, accepted_detail(command))
             self.counters["accepted"] += 1
             return SubmitAnswer(State.ACCEPTED, ACCEPTED, message="accepted and queued")
         if isinstance(outcome, Replay):
@@ -319,11 +266,6 @@ class OrchestratorCore:
             max_payload_bytes=self.store.config.max_payload_bytes,
         )
 
-    def _queue_full(self, robot: _Robot) -> bool:
-        with self._lock:
-            waiting = len(robot.queue) + len(robot.in_flight)
-        return waiting >= self.settings.queue_capacity_per_robot
-
     def _note_duplicate(self, request: SubmitRequest, why: str) -> None:
         self.counters["duplicates_suppressed"] += 1
         with self._lock:
@@ -351,34 +293,30 @@ class OrchestratorCore:
     # --- dispatch -------------------------------------------------------------------------
     def tick(self) -> list[Delivery]:
         """Deliveries due now: first dispatches and retries, within each robot's capacity."""
-        now = self._clock()
-        due: list[tuple[_Command, bool]] = []
-        with self._lock:
-            for robot in self._robots.values():
-                self._update_online(robot, now)
-                if not robot.online:
-                    continue
-                for command in robot.in_flight.values():
-                    if command.next_send_at <= now:
-                        due.append((command, True))
-                        self._schedule(command, now)
-                while (
-                    robot.queue
-                    and len(robot.in_flight) < robot.capacity
-                    and robot.paused_until <= now
-                ):
-                    command = robot.queue.popleft()
-                    command.dispatched = True
-                    robot.in_flight[command.robot_key] = command
-                    due.append((command, False))
-                    self._schedule(command, now)
+        due, changes = self._dispatcher.due()
+        for change in changes:
+            event = EventType.ROBOT_ONLINE if change.online else EventType.ROBOT_OFFLINE
+            self.counters[event.value] += 1
+            self._journal.emit(
+                [
+                    FleetEventRecord(
+                        event_type=event,
+                        client_id="",
+                        key="",
+                        robot_id=change.robot_id,
+                        detail={"in_flight": change.in_flight, "queued": change.queued},
+                        stamp=self._wall_clock(),
+                        discriminator=uuid.uuid4().hex,
+                    )
+                ]
+            )
         deliveries, events = [], []
-        for command, is_retry in due:
-            command.attempt += 1
-            kind = EventType.RETRIED if is_retry else EventType.DISPATCHED
-            self.counters["retries" if is_retry else "dispatched"] += 1
+        for item in due:
+            command = item.command
+            kind = EventType.RETRIED if item.is_retry else EventType.DISPATCHED
+            self.counters["retries" if item.is_retry else "dispatched"] += 1
             events.append(
-                self._event(
+                self._journal.event(
                     kind, command, {"attempt": command.attempt}, discriminator=str(command.attempt)
                 )
             )
@@ -393,90 +331,26 @@ class OrchestratorCore:
                     attempt=command.attempt,
                 )
             )
-        self._emit_many(events)  # one durable commit for the whole tick
+        self._journal.emit(events)  # one durable commit for the whole tick
         return deliveries
 
-    def _schedule(self, command: _Command, now: float) -> None:
-        base = (
-            self.settings.retry_initial_s
-            if command.backoff_s == 0
-            else min(command.backoff_s * 2, self.settings.retry_max_s)
-        )
-        command.backoff_s = base
-        jitter = 1 + self.settings.retry_jitter * (2 * self._rng.random() - 1)
-        command.next_send_at = now + base * jitter
-
-    def _update_online(self, robot: _Robot, now: float) -> None:
-        heard_recently = (
-            robot.last_heard is not None and now - robot.last_heard <= self.settings.offline_after_s
-        )
-        if heard_recently == robot.online:
-            return
-        robot.online = heard_recently
-        event = EventType.ROBOT_ONLINE if heard_recently else EventType.ROBOT_OFFLINE
-        self.counters[event.value] += 1
-        if heard_recently:
-            # Back: re-send what was in flight at once rather than after a long backoff.
-            for command in robot.in_flight.values():
-                command.next_send_at = now
-                command.backoff_s = 0.0
-        self._emit(
-            FleetEventRecord(
-                event_type=event,
-                client_id="",
-                key="",
-                robot_id=robot.robot_id,
-                detail={"in_flight": len(robot.in_flight), "queued": len(robot.queue)},
-                stamp=self._wall_clock(),
-                discriminator=uuid.uuid4().hex,
-            )
-        )
-
     def on_status(self, robot_id: str, queue_depth: int, capacity: int) -> None:
-        with self._lock:
-            robot = self._robots.get(robot_id)
-            if robot is None:
-                self.counters["status_unknown_robot"] += 1
-                return
-            robot.last_heard = self._clock()
-            if capacity > 0:
-                robot.capacity = capacity
-            if queue_depth < capacity and robot.paused_until > robot.last_heard:
-                robot.paused_until = min(
-                    robot.paused_until, robot.last_heard + self.settings.busy_pause_s
-                )
+        if not self._dispatcher.on_status(robot_id, queue_depth, capacity):
+            self.counters["status_unknown_robot"] += 1
 
     # --- results --------------------------------------------------------------------------
     def on_result(self, answer: Answer) -> None:
-        with self._lock:
-            robot = self._robots.get(answer.robot_id)
-            command = robot.in_flight.get(answer.key) if robot is not None else None
-            if robot is not None:
-                robot.last_heard = self._clock()
-            if command is None or robot is None:
-                self.counters["results_ignored"] += 1
-                return
-            if answer.state in _FINAL:
-                del robot.in_flight[answer.key]
-            elif answer.status_code in (BUSY, STORE_FULL):
-                del robot.in_flight[answer.key]
-                command.dispatched = False
-                command.backoff_s = 0.0
-                robot.queue.appendleft(command)
-                robot.paused_until = self._clock() + self.settings.busy_pause_s
-            elif answer.state == State.REJECTED or answer.status_code == GONE:
-                del robot.in_flight[answer.key]
-            elif answer.status_code in (ACCEPTED, CONFLICT):
-                command.acknowledged = True
-                return
-            else:
-                self.counters["results_unexpected"] += 1
-                return
-        self._settle(command, answer)
+        effect, command = self._dispatcher.on_result(answer)
+        if effect is ResultEffect.IGNORED:
+            self.counters["results_ignored"] += 1
+        elif effect is ResultEffect.UNEXPECTED:
+            self.counters["results_unexpected"] += 1
+        elif effect in (ResultEffect.SETTLED, ResultEffect.REQUEUED) and command is not None:
+            self._settle(command, answer)
 
-    def _settle(self, command: _Command, answer: Answer) -> None:
+    def _settle(self, command: PendingCommand, answer: Answer) -> None:
         client_key = (command.client_id, command.key)
-        if answer.state in _FINAL:
+        if answer.state in FINAL_STATES:
             try:
                 record = self.store.finish(
                     command.client_id,
@@ -490,7 +364,7 @@ class OrchestratorCore:
                 self._append(EventType.RESULT, command, {"error": str(error)})
                 return
             kind = EventType.INTERRUPTED if answer.state == State.INTERRUPTED else EventType.RESULT
-            self._append(kind, command, _result_detail(record))
+            self._append(kind, command, result_detail(record))
             self.counters[f"final_{answer.state.name.lower()}"] += 1
             with self._lock:
                 self._by_client_key.pop(client_key, None)
@@ -552,47 +426,20 @@ class OrchestratorCore:
 
     # --- introspection --------------------------------------------------------------------
     def load(self) -> dict[str, dict[str, Any]]:
-        with self._lock:
-            return {
-                robot.robot_id: {
-                    "queued": len(robot.queue),
-                    "in_flight": len(robot.in_flight),
-                    "online": robot.online,
-                    "capacity": robot.capacity,
-                }
-                for robot in self._robots.values()
-            }
+        return dict(self._dispatcher.load())
 
     def pending(self) -> int:
-        with self._lock:
-            return sum(len(r.queue) + len(r.in_flight) for r in self._robots.values())
+        return self._dispatcher.pending()
 
     # --- events ---------------------------------------------------------------------------
-    def _accepted_detail(self, command: _Command) -> dict[str, Any]:
-        return {
-            "robot_key": command.robot_key,
-            "command_type": command.command_type,
-            "payload_json": command.payload_json,
-            "fingerprint": command.fingerprint,
-        }
-
-    def _event(
-        self, kind: EventType, command: _Command, detail: dict[str, Any], discriminator: str = ""
-    ) -> FleetEventRecord:
-        return FleetEventRecord(
-            event_type=kind,
-            client_id=command.client_id,
-            key=command.key,
-            robot_id=command.robot_id,
-            detail=detail,
-            stamp=self._wall_clock(),
-            discriminator=f"{command.claim_id}/{discriminator}",
-        )
-
     def _append(
-        self, kind: EventType, command: _Command, detail: dict[str, Any], discriminator: str = ""
+        self,
+        kind: EventType,
+        command: PendingCommand,
+        detail: dict[str, Any],
+        discriminator: str = "",
     ) -> None:
-        self._emit(self._event(kind, command, detail, discriminator))
+        self._journal.append(kind, command, detail, discriminator)
 
     def _append_for(
         self,
@@ -601,32 +448,11 @@ class OrchestratorCore:
         detail: dict[str, Any],
         discriminator: str = "",
     ) -> None:
-        self._emit(
-            FleetEventRecord(
-                event_type=kind,
-                client_id=request.client_id,
-                key=request.key,
-                robot_id=request.robot_id,
-                detail=detail,
-                stamp=self._wall_clock(),
-                discriminator=discriminator,
-            )
+        self._journal.append_fact(
+            kind,
+            client_id=request.client_id,
+            key=request.key,
+            robot_id=request.robot_id,
+            detail=detail,
+            discriminator=discriminator,
         )
-
-    def _emit(self, event: FleetEventRecord) -> None:
-        self._emit_many([event])
-
-    def _emit_many(self, events: list[FleetEventRecord]) -> None:
-        if not events:
-            return
-        for stored, appended in self.events.append_many(events):
-            if appended:
-                self._on_event(stored)
-
-
-def _result_detail(record: Record) -> dict[str, Any]:
-    return {
-        "state": int(record.state),
-        "status_code": record.status_code,
-        "result_json": record.result_json,
-    }
