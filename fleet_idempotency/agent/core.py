@@ -6,28 +6,22 @@ Order of operations for each delivery, and why:
 2. validate key, target robot, command type and payload: a 400 stores nothing;
 3. if the queue is full and the key is new: 429, nothing stored (same as claim+release);
 4. claim the key in the store (durable) *before* any side effect;
-5. the worker prepares (may refuse: release the key, 4xx), executes, records the final
-   result, and only then publishes it.
+5. the executor (``executor.py``) prepares (may refuse: release the key, 4xx), executes,
+   records the final result, and only then publishes it.
 
 A duplicate is answered from the store at step 4 and never reaches the worker.
 """
 
 from __future__ import annotations
 
-import json
-import queue
-import threading
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable
 
 from fleet_idempotency.agent.dedup_window import RecentDeliveries
 from fleet_idempotency.commands import InvalidCommand, parse_payload, validate_command
 from fleet_idempotency.protocol import (
     BAD_REQUEST,
     BUSY,
-    INTERNAL,
-    OK,
     STORE_FULL,
     Answer,
     Delivery,
@@ -36,13 +30,7 @@ from fleet_idempotency.protocol import (
     answer_for_record,
     key_status,
 )
-from fleet_idempotency.robots.backend import (
-    Command,
-    CommandRefused,
-    ExecutionAborted,
-    ExecutionFailed,
-    RobotBackend,
-)
+from fleet_idempotency.robots.backend import Command, RobotBackend
 from fleet_idempotency.store import (
     Claimed,
     GcReport,
@@ -50,34 +38,13 @@ from fleet_idempotency.store import (
     InvalidRequest,
     Record,
     State,
-    StoreError,
     StoreFull,
     validate_key,
 )
 
+from .executor import AnswerSink, Executor, Load, Logger, Work
 
-class Logger(Protocol):
-    def info(self, message: str) -> Any: ...
-    def warning(self, message: str) -> Any: ...
-    def error(self, message: str) -> Any: ...
-
-
-class AnswerSink(Protocol):
-    def __call__(self, answer: Answer) -> None: ...
-
-
-@dataclass(frozen=True)
-class Load:
-    queue_depth: int
-    capacity: int
-    busy: bool
-    current_key: str
-
-
-@dataclass(frozen=True)
-class _Work:
-    command: Command
-    delivery: Delivery
+__all__ = ["AgentCore", "AnswerSink", "Load", "Logger"]
 
 
 class AgentCore:
@@ -89,7 +56,7 @@ class AgentCore:
         capacity: int,
         publish: AnswerSink,
         logger: Logger,
-        on_load_change: Any = None,
+        on_load_change: Callable[[], None] | None = None,
         dedup_window: RecentDeliveries | None = None,
     ) -> None:
         if capacity < 1:
@@ -100,14 +67,17 @@ class AgentCore:
         self.capacity = capacity
         self._publish = publish
         self._log = logger
-        self._on_load_change = on_load_change or (lambda: None)
         self._dedup = dedup_window
-        self._work: queue.Queue[_Work | None] = queue.Queue()
-        self._lock = threading.Lock()
-        self._queue_depth = 0
-        self._current_key = ""
-        self._worker: threading.Thread | None = None
         self.counters: Counter[str] = Counter()
+        self._executor = Executor(
+            backend=backend,
+            store=store,
+            capacity=capacity,
+            publish=publish,
+            logger=logger,
+            on_load_change=on_load_change or (lambda: None),
+            counters=self.counters,
+        )
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -138,18 +108,12 @@ class AgentCore:
                 payload=parse_payload(record.command_type, record.payload_json),
                 resumed=True,
             )
-            self._enqueue(_Work(command, delivery))
-        self._worker = threading.Thread(
-            target=self._run, name=f"{self.robot_id}-executor", daemon=True
-        )
-        self._worker.start()
+            self._executor.enqueue(Work(command, delivery))
+        self._executor.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Abort the running command (its claim stays IN_PROGRESS for recovery) and stop."""
-        self.backend.shutdown()
-        self._work.put(None)
-        if self._worker is not None:
-            self._worker.join(timeout_s)
+        self._executor.stop(timeout_s)
 
     # --- deliveries -----------------------------------------------------------------------
     def submit(self, delivery: Delivery) -> Answer | None:
@@ -173,7 +137,9 @@ class AgentCore:
         except (InvalidCommand, InvalidRequest) as invalid:
             return Answer.rejected(delivery, BAD_REQUEST, str(invalid))
 
-        if self._full() and not isinstance(self.store.check(self.robot_id, delivery.key), Record):
+        if self._executor.full() and not isinstance(
+            self.store.check(self.robot_id, delivery.key), Record
+        ):
             # A new key while full: refuse before claiming, which equals claim-then-release.
             return Answer.rejected(
                 delivery,
@@ -193,7 +159,7 @@ class AgentCore:
         except StoreFull as full:
             return Answer.rejected(delivery, STORE_FULL, str(full))
         if isinstance(outcome, Claimed):
-            self._enqueue(_Work(command, delivery))
+            self._executor.enqueue(Work(command, delivery))
         return answer_for_outcome(delivery, outcome)
 
     def _validate(self, delivery: Delivery) -> Command:
@@ -225,74 +191,7 @@ class AgentCore:
         return key_status(found, key, expired_key_policy=self.store.config.expired_key_policy)
 
     def load(self) -> Load:
-        with self._lock:
-            return Load(
-                queue_depth=self._queue_depth,
-                capacity=self.capacity,
-                busy=bool(self._current_key),
-                current_key=self._current_key,
-            )
+        return self._executor.load()
 
     def collect_garbage(self, max_batches: int = 1) -> GcReport:
         return self.store.gc(max_batches=max_batches)
-
-    # --- execution ------------------------------------------------------------------------
-    def _full(self) -> bool:
-        with self._lock:
-            return self._queue_depth >= self.capacity
-
-    def _enqueue(self, work: _Work) -> None:
-        with self._lock:
-            self._queue_depth += 1
-        self._work.put(work)
-        self._on_load_change()
-
-    def _run(self) -> None:
-        while (work := self._work.get()) is not None:
-            with self._lock:
-                self._current_key = work.command.key
-            self._on_load_change()
-            try:
-                answer = self._execute(work)
-            except ExecutionAborted:
-                self._log.info(f"{work.command.key!r} left IN_PROGRESS at shutdown for recovery")
-                return
-            finally:
-                with self._lock:
-                    self._queue_depth -= 1
-                    self._current_key = ""
-            if answer is not None:
-                self._publish(answer)
-            self._on_load_change()
-
-    def _execute(self, work: _Work) -> Answer | None:
-        command, delivery = work.command, work.delivery
-        try:
-            self.backend.prepare(command)
-        except CommandRefused as refusal:
-            self.store.release(self.robot_id, command.key)
-            self.counters["refused_released"] += 1
-            return Answer.rejected(delivery, refusal.status_code, refusal.message)
-
-        try:
-            body = self.backend.execute(command)
-            state, code, result_json = State.COMPLETED, OK, json.dumps(body, sort_keys=True)
-        except ExecutionFailed as failure:
-            state, code = State.FAILED, failure.status_code
-            result_json = json.dumps({"error": failure.message})
-        except ExecutionAborted:
-            raise
-        except Exception as error:  # side effects may have happened: final
-            self._log.error(f"{command.key!r} crashed the backend: {error!r}")
-            state, code = State.FAILED, INTERNAL
-            result_json = json.dumps({"error": f"backend error: {error}"})
-        try:
-            record = self.store.finish(
-                self.robot_id, command.key, state=state, status_code=code, result_json=result_json
-            )
-        except StoreError as error:
-            # Stays IN_PROGRESS: duplicates get 409 and recovery will resolve it by policy.
-            self._log.error(f"could not record the result of {command.key!r}: {error}")
-            return None
-        self.counters[f"executed_{state.name.lower()}"] += 1
-        return answer_for_record(record, client_id=delivery.client_id, attempt=delivery.attempt)

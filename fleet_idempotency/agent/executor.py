@@ -1,0 +1,160 @@
+"""The agent's executor: one worker thread that runs claimed commands through the backend.
+
+Everything here happens *after* the key was durably claimed: prepare (a refusal releases
+the key, so a retry may run it), execute (any exception from here on is a final FAILED,
+because side effects may have happened), record the final result, and only then
+publish it. The queue depth it keeps is the robot's load.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fleet_idempotency.protocol import INTERNAL, OK, Answer, Delivery, answer_for_record
+from fleet_idempotency.robots.backend import (
+    Command,
+    CommandRefused,
+    ExecutionAborted,
+    ExecutionFailed,
+    RobotBackend,
+)
+from fleet_idempotency.store import IdempotencyStore, State, StoreError
+
+
+class Logger(Protocol):
+    def info(self, message: str) -> Any: ...
+    def warning(self, message: str) -> Any: ...
+    def error(self, message: str) -> Any: ...
+
+
+class AnswerSink(Protocol):
+    def __call__(self, answer: Answer) -> None: ...
+
+
+@dataclass(frozen=True)
+class Load:
+    queue_depth: int
+    capacity: int
+    busy: bool
+    current_key: str
+
+
+@dataclass(frozen=True)
+class Work:
+    command: Command
+    delivery: Delivery
+
+
+class Executor:
+    def __init__(
+        self,
+        *,
+        backend: RobotBackend,
+        store: IdempotencyStore,
+        capacity: int,
+        publish: AnswerSink,
+        logger: Logger,
+        on_load_change: Callable[[], None],
+        counters: Counter[str],
+    ) -> None:
+        self.robot_id = backend.robot_id
+        self.backend = backend
+        self.store = store
+        self.capacity = capacity
+        self._publish = publish
+        self._log = logger
+        self._on_load_change = on_load_change
+        self._counters = counters
+        self._work: queue.Queue[Work | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._queue_depth = 0
+        self._current_key = ""
+        self._worker: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._worker = threading.Thread(
+            target=self._run, name=f"{self.robot_id}-executor", daemon=True
+        )
+        self._worker.start()
+
+    def stop(self, timeout_s: float) -> None:
+        """Abort the running command (its claim stays IN_PROGRESS for recovery) and stop."""
+        self.backend.shutdown()
+        self._work.put(None)
+        if self._worker is not None:
+            self._worker.join(timeout_s)
+
+    def full(self) -> bool:
+        with self._lock:
+            return self._queue_depth >= self.capacity
+
+    def load(self) -> Load:
+        with self._lock:
+            return Load(
+                queue_depth=self._queue_depth,
+                capacity=self.capacity,
+                busy=bool(self._current_key),
+                current_key=self._current_key,
+            )
+
+    def enqueue(self, work: Work) -> None:
+        with self._lock:
+            self._queue_depth += 1
+        self._work.put(work)
+        self._on_load_change()
+
+    def _run(self) -> None:
+        while (work := self._work.get()) is not None:
+            with self._lock:
+                self._current_key = work.command.key
+            self._on_load_change()
+            try:
+                answer = self._execute(work)
+            except ExecutionAborted:
+                self._log.info(f"{work.command.key!r} left IN_PROGRESS at shutdown for recovery")
+                return
+            finally:
+                with self._lock:
+                    self._queue_depth -= 1
+                    self._current_key = ""
+            if answer is not None:
+                self._publish(answer)
+            self._on_load_change()
+
+    def _execute(self, work: Work) -> Answer | None:
+        command, delivery = work.command, work.delivery
+        try:
+            self.backend.prepare(command)
+        except CommandRefused as refusal:
+            self.store.release(self.robot_id, command.key)
+            self._counters["refused_released"] += 1
+            return Answer.rejected(delivery, refusal.status_code, refusal.message)
+
+        try:
+            body = self.backend.execute(command)
+            state, code, result_json = State.COMPLETED, OK, json.dumps(body, sort_keys=True)
+        except ExecutionFailed as failure:
+            state, code = State.FAILED, failure.status_code
+            result_json = json.dumps({"error": failure.message})
+        except ExecutionAborted:
+            raise
+        except Exception as error:  # side effects may have happened: final
+            self._log.error(f"{command.key!r} crashed the backend: {error!r}")
+            state, code = State.FAILED, INTERNAL
+            result_json = json.dumps({"error": f"backend error: {error}"})
+        try:
+            record = self.store.finish(
+                self.robot_id, command.key, state=state, status_code=code, result_json=result_json
+            )
+        except StoreError as error:
+            # Stays IN_PROGRESS: duplicates get 409 and recovery will resolve it by policy.
+            self._log.error(f"could not record the result of {command.key!r}: {error}")
+            return None
+        self._counters[f"executed_{state.name.lower()}"] += 1
+        return answer_for_record(record, client_id=delivery.client_id, attempt=delivery.attempt)
