@@ -5,7 +5,9 @@ processes, runs a warehouse mission through the orchestrator's API with one clie
 worker per robot, and meanwhile drops results, duplicates deliveries, re-sends submits,
 reuses keys with other payloads, and kill -9s robots and the orchestrator. At the end
 it checks the invariants against the world's oracle, the event log and the stores,
-prints a report, and exits non-zero if any invariant broke.
+prints a report, and exits non-zero if any invariant broke. The faults from outside the
+fleet live in ``faults.py``, the read-back of the stores in ``audit.py``; this module
+sets up the run and drives the mission.
 """
 
 from __future__ import annotations
@@ -24,16 +26,17 @@ from typing import Any
 import rclpy
 import yaml
 
+from fleet_idempotency.bringup.audit import audit_orchestrator
+from fleet_idempotency.bringup.faults import CrashInjector, MisbehavingClient, crash_schedule
 from fleet_idempotency.bringup.fleet_config import FaultSettings, FleetConfig, load_fleet
 from fleet_idempotency.bringup.plan import launch_plan
 from fleet_idempotency.bringup.processes import FleetProcesses
 from fleet_idempotency.bringup.report import RunFigures, check_invariants, render
-from fleet_idempotency.events import EventLogConfig, LmdbEventLog, replay
 from fleet_idempotency.orchestrator.core import robot_key
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.ros.fleet_client import FleetClient, NoAnswer
 from fleet_idempotency.sim.mission import MissionPlanner, PlannedCommand
-from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
+from fleet_idempotency.store import State
 
 CLIENT_ID = "wms"
 FINAL = (State.COMPLETED, State.FAILED, State.INTERRUPTED)
@@ -71,8 +74,19 @@ class Demo:
         self._stop = threading.Event()
         self._mission_keys: set[tuple[str, str]] = set()
         self._done = 0
-        self._finished_for_misuse = 0
         self._busy: dict[str, bool] = {}
+        self._misbehaving = (
+            MisbehavingClient(
+                CLIENT_ID,
+                retry_probability=options.client_retries,
+                mismatch_every=options.mismatch_every,
+                figures=self.figures,
+                lock=self._lock,
+                rng=self.rng,
+            )
+            if options.faults
+            else None
+        )
         self.store_dir = options.store_dir or Path(tempfile.mkdtemp(prefix="fleet-idem-demo-"))
 
     # --- set-up -------------------------------------------------------------------------
@@ -137,7 +151,7 @@ class Demo:
             world=world,
             mission_keys=self._mission_keys,
             items_at_start=items_at_start,
-            **self._audit_orchestrator(),
+            **audit_orchestrator(self.store_dir),
             figures=self.figures,
             resends_expected=self.options.faults and self.options.drop_results > 0,
         )
@@ -207,7 +221,21 @@ class Demo:
             )
             for robot in fleet.robots
         ]
-        chaos = threading.Thread(target=self._chaos, args=(processes, fleet), daemon=True)
+        options = self.options
+        crashes = CrashInjector(
+            processes,
+            fleet,
+            crash_schedule(options.commands, options.robot_crashes, options.orchestrator_crashes),
+            done=lambda: self._done,
+            busy=self._busy,
+            figures=self.figures,
+            lock=self._lock,
+            stop=self._stop,
+            rng=self.rng,
+            host_agents=options.host_agents,
+            out=self.out,
+        )
+        chaos = threading.Thread(target=crashes.run, name="crash-injector", daemon=True)
         for worker in workers:
             worker.start()
         if self.options.faults:
@@ -275,7 +303,8 @@ class Demo:
                 world = client.world_state()
                 with planner_lock:
                     planner.reconcile(robot_id, world)
-            self._maybe_retry_and_misuse(client, command, response)
+            if self._misbehaving is not None:
+                self._misbehaving.after_final(client, command, response)
 
     def _until_final(self, client: FleetClient, command: PlannedCommand) -> Any:
         started = time.monotonic()
@@ -302,112 +331,3 @@ class Demo:
                 self.figures.latencies_s.append(time.monotonic() - started)
                 self.figures.final_states[State(response.state).name] += 1
             return response
-
-    def _maybe_retry_and_misuse(
-        self, client: FleetClient, command: PlannedCommand, final: Any
-    ) -> None:
-        if not self.options.faults:
-            return
-        if self.rng.random() < self.options.client_retries:
-            # The client lost our answer and retries: the same key must replay, not re-run.
-            again = client.submit(
-                CLIENT_ID, command.key, command.robot_id, command.command_type, command.payload
-            ).response
-            same = (
-                again.replayed
-                and again.status_code == final.status_code
-                and again.result_json == final.result_json
-            )
-            with self._lock:
-                self.figures.submit_calls += 1
-                self.figures.replays_verified += int(same)
-                self.figures.replay_mismatches += int(not same)
-        with self._lock:
-            self._finished_for_misuse += 1
-            misuse = (
-                self.options.mismatch_every > 0
-                and self._finished_for_misuse % self.options.mismatch_every == 0
-            )
-        if misuse:
-            # A client bug: the key of a finished command reused for another, valid command.
-            answer = client.submit(
-                CLIENT_ID,
-                command.key,
-                command.robot_id,
-                command.command_type,
-                _different_payload(command),
-            ).response
-            with self._lock:
-                self.figures.mismatches_injected += 1
-                self.figures.mismatches_rejected += int(answer.status_code == 422)
-
-    # --- chaos --------------------------------------------------------------------------
-    def _chaos(self, processes: FleetProcesses, fleet: FleetConfig) -> None:
-        total = self.options.commands
-        plan: list[tuple[float, str]] = []
-        for index in range(self.options.robot_crashes):
-            plan.append(((index + 1) / (self.options.robot_crashes + 1), "robot"))
-        for index in range(self.options.orchestrator_crashes):
-            plan.append(((index + 0.6) / (self.options.orchestrator_crashes + 1), "orchestrator"))
-        for fraction, target in sorted(plan):
-            while self._done < fraction * total:
-                if self._stop.wait(0.05):
-                    return
-            if target == "orchestrator":
-                name = "orchestrator"
-            elif self.options.host_agents:
-                name = "agents"
-            else:
-                name = self._busy_robot(fleet)
-            self.out(f"  !! kill -9 {name}")
-            processes.crash(name)
-            with self._lock:
-                if target == "orchestrator":
-                    self.figures.orchestrator_crashes += 1
-                else:
-                    self.figures.robot_crashes += 1
-            self._stop.wait(0.5)
-            processes.restart(name)
-            self.out(f"  !! restarted {name}")
-
-    def _busy_robot(self, fleet: FleetConfig) -> str:
-        busy = [robot for robot in fleet.robots if self._busy.get(robot.id)]
-        # A busy forklift makes the most interesting victim: a pick cut in half.
-        forklifts = [robot.id for robot in busy if robot.type == "forklift"]
-        choice = self.rng.choice(forklifts or [r.id for r in busy or fleet.robots])
-        return f"agent_{choice}"
-
-    # --- audit --------------------------------------------------------------------------
-    def _audit_orchestrator(self) -> dict[str, Any]:
-        root = self.store_dir / "orchestrator"
-        with LmdbEventLog(EventLogConfig(path=root / "events"), readonly=True) as log:
-            events = list(log.read())
-        state = replay(events)
-        mismatches, unfinished = [], []
-        config = StoreConfig(path=root / "keys")
-        with IdempotencyStore.open(config, readonly=True) as store:
-            for record in store.iter_records():
-                if record.state.is_in_flight:
-                    unfinished.append(record.key)
-                view = state.keys.get((record.scope, record.key))
-                if view is None or (view.state, view.status_code) != (
-                    record.state,
-                    record.status_code,
-                ):
-                    mismatches.append(record.key)
-        return {
-            "event_identities": [event.identity for event in events],
-            "replay_mismatches": mismatches,
-            "unfinished_keys": unfinished,
-        }
-
-
-def _different_payload(command: PlannedCommand) -> dict[str, Any]:
-    """A valid payload for the same command type that differs from the original."""
-    payload = dict(command.payload)
-    for field_name in ("waypoint", "slot", "dock"):
-        if field_name in payload:
-            payload[field_name] = f"{payload[field_name]}X"
-            return payload
-    payload["x"] = float(payload["x"]) + 1.0
-    return payload

@@ -1,0 +1,37 @@
+"""After a run: read the orchestrator's store and event log back, as an auditor would.
+
+Opened read-only once the fleet has stopped: the figures that ``report.check_invariants``
+judges (every event identity, keys whose replay differs from the store, keys never
+finished).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fleet_idempotency.events import EventLogConfig, LmdbEventLog, replay
+from fleet_idempotency.store import IdempotencyStore, StoreConfig
+
+
+def audit_orchestrator(store_dir: Path) -> dict[str, Any]:
+    root = store_dir / "orchestrator"
+    with LmdbEventLog(EventLogConfig(path=root / "events"), readonly=True) as log:
+        events = list(log.read())
+    state = replay(events)
+    mismatches, unfinished = [], []
+    with IdempotencyStore.open(StoreConfig(path=root / "keys"), readonly=True) as store:
+        for record in store.iter_records():
+            if record.state.is_in_flight:
+                unfinished.append(record.key)
+            view = state.keys.get((record.scope, record.key))
+            if view is None or (view.state, view.status_code) != (
+                record.state,
+                record.status_code,
+            ):
+                mismatches.append(record.key)
+    return {
+        "event_identities": [event.identity for event in events],
+        "replay_mismatches": mismatches,
+        "unfinished_keys": unfinished,
+    }

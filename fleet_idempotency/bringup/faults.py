@@ -1,0 +1,168 @@
+"""The demo's faults: process crashes on a schedule, and a client that misbehaves.
+
+Faults inside the nodes (dropped results, duplicated and reordered deliveries) are node
+parameters set from the fleet file; this module holds the faults that come from outside
+the fleet: kill -9 of robots and of the orchestrator while commands are in flight, and
+a client that retries finished commands and reuses keys for other commands.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fleet_idempotency.bringup.fleet_config import FleetConfig
+from fleet_idempotency.bringup.processes import FleetProcesses
+from fleet_idempotency.bringup.report import RunFigures
+from fleet_idempotency.ros.fleet_client import FleetClient
+from fleet_idempotency.sim.mission import PlannedCommand
+
+ORCHESTRATOR = "orchestrator"
+ROBOT = "robot"
+
+
+@dataclass(frozen=True)
+class Crash:
+    after_done: float  # crash once this many commands are final
+    target: str  # ORCHESTRATOR or ROBOT
+
+
+def crash_schedule(commands: int, robot_crashes: int, orchestrator_crashes: int) -> list[Crash]:
+    """Crashes spread over the run; orchestrator crashes offset so they never coincide."""
+    plan = [Crash((i + 1) / (robot_crashes + 1) * commands, ROBOT) for i in range(robot_crashes)]
+    plan += [
+        Crash((i + 0.6) / (orchestrator_crashes + 1) * commands, ORCHESTRATOR)
+        for i in range(orchestrator_crashes)
+    ]
+    return sorted(plan, key=lambda crash: crash.after_done)
+
+
+class CrashInjector:
+    """Runs a crash schedule against the fleet's processes, on its own thread."""
+
+    def __init__(
+        self,
+        processes: FleetProcesses,
+        fleet: FleetConfig,
+        schedule: list[Crash],
+        *,
+        done: Callable[[], int],
+        busy: Mapping[str, bool],
+        figures: RunFigures,
+        lock: threading.Lock,
+        stop: threading.Event,
+        rng: random.Random,
+        host_agents: bool,
+        out: Callable[[str], None],
+    ) -> None:
+        self._processes = processes
+        self._fleet = fleet
+        self._schedule = schedule
+        self._done = done
+        self._busy = busy
+        self._figures = figures
+        self._lock = lock
+        self._stop = stop
+        self._rng = rng
+        self._host_agents = host_agents
+        self._out = out
+
+    def run(self) -> None:
+        for crash in self._schedule:
+            while self._done() < crash.after_done:
+                if self._stop.wait(0.05):
+                    return
+            name = self._victim(crash.target)
+            self._out(f"  !! kill -9 {name}")
+            self._processes.crash(name)
+            with self._lock:
+                if crash.target == ORCHESTRATOR:
+                    self._figures.orchestrator_crashes += 1
+                else:
+                    self._figures.robot_crashes += 1
+            self._stop.wait(0.5)
+            self._processes.restart(name)
+            self._out(f"  !! restarted {name}")
+
+    def _victim(self, target: str) -> str:
+        if target == ORCHESTRATOR:
+            return "orchestrator"
+        if self._host_agents:
+            return "agents"
+        robots = self._fleet.robots
+        busy = [robot for robot in robots if self._busy.get(robot.id)]
+        # A busy forklift makes the most interesting victim: a pick cut in half.
+        forklifts = [robot.id for robot in busy if robot.type == "forklift"]
+        choice = self._rng.choice(forklifts or [r.id for r in busy or robots])
+        return f"agent_{choice}"
+
+
+class MisbehavingClient:
+    """After a command is final: sometimes retry it, and now and then reuse its key."""
+
+    def __init__(
+        self,
+        client_id: str,
+        *,
+        retry_probability: float,
+        mismatch_every: int,
+        figures: RunFigures,
+        lock: threading.Lock,
+        rng: random.Random,
+    ) -> None:
+        self._client_id = client_id
+        self._retry_probability = retry_probability
+        self._mismatch_every = mismatch_every
+        self._figures = figures
+        self._lock = lock
+        self._rng = rng
+        self._finished = 0
+
+    def after_final(self, client: FleetClient, command: PlannedCommand, final: Any) -> None:
+        if self._rng.random() < self._retry_probability:
+            # The client lost our answer and retries: the same key must replay, not re-run.
+            again = client.submit(
+                self._client_id,
+                command.key,
+                command.robot_id,
+                command.command_type,
+                command.payload,
+            ).response
+            same = (
+                again.replayed
+                and again.status_code == final.status_code
+                and again.result_json == final.result_json
+            )
+            with self._lock:
+                self._figures.submit_calls += 1
+                self._figures.replays_verified += int(same)
+                self._figures.replay_mismatches += int(not same)
+        with self._lock:
+            self._finished += 1
+            misuse = self._mismatch_every > 0 and self._finished % self._mismatch_every == 0
+        if misuse:
+            # A client bug: the key of a finished command reused for another, valid command.
+            answer = client.submit(
+                self._client_id,
+                command.key,
+                command.robot_id,
+                command.command_type,
+                different_payload(command),
+            ).response
+            with self._lock:
+                self._figures.mismatches_injected += 1
+                self._figures.mismatches_rejected += int(answer.status_code == 422)
+
+
+def different_payload(command: PlannedCommand) -> dict[str, Any]:
+    """A valid payload for the same command type that differs from the original."""
+    payload = dict(command.payload)
+    for field_name in ("waypoint", "slot", "dock"):
+        if field_name in payload:
+            payload[field_name] = f"{payload[field_name]}X"
+            return payload
+    payload["x"] = float(payload["x"]) + 1.0
+    return payload
