@@ -17,25 +17,23 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from builtin_interfaces.msg import Time
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
 from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.resources import default_fleet_file
 from fleet_idempotency.events import EventLogConfig, FleetEventRecord, LmdbEventLog
-from fleet_idempotency.msg import CommandResult, FleetCommand, FleetEvent, RobotStatus
+from fleet_idempotency.msg import CommandResult, FleetEvent, RobotStatus
 from fleet_idempotency.orchestrator.core import (
     OrchestratorCore,
     OrchestratorSettings,
     SubmitAnswer,
     SubmitRequest,
 )
+from fleet_idempotency.orchestrator.robot_links import RobotLinks
 from fleet_idempotency.protocol import CONFLICT, Delivery, KeyStatus
 from fleet_idempotency.ros.convert import (
     answer_from_msg,
-    delivery_to_msg,
     epoch_to_time,
     fill_check_key_response,
 )
@@ -76,7 +74,6 @@ class Orchestrator(Node):
         self.events = LmdbEventLog(EventLogConfig(path=root / "events", durable=p["durable"]))
         self._events_pub = self.create_publisher(FleetEvent, "/fleet/events", RELIABLE_TOPIC_QOS)
         self._rng = random.Random(p["seed"] or None)
-        self._duplicate_probability = float(p["duplicate_delivery_probability"])
         self._reorder_probability = float(p["reorder_delivery_probability"])
         self._held_back: list[Delivery] = []
         self.core = OrchestratorCore(
@@ -114,41 +111,15 @@ class Orchestrator(Node):
             qos_profile=SERVICE_QOS,
             callback_group=api,
         )
-        # The per-robot endpoints (for 50 robots: 50 status subscriptions, 50 CheckKey
-        # clients, 50 command publishers with their QoS event handlers) live on side nodes.
-        # rclpy rebuilds its wait set from every entity of its nodes on each wake-up, in
-        # Python: on the main executor they made every submit, result and tick wake-up cost
-        # O(fleet). Subscriptions and clients get their own single-threaded executor
-        # (statuses are handled in arrival order); publishing from any thread is safe.
-        self._robot_side = Node(
-            "orchestrator_robot_links", context=self.context, start_parameter_services=False
+        # Per-robot endpoints live apart from the API's services (see robot_links.py).
+        self._links = RobotLinks(
+            self.context,
+            (spec.id for spec in fleet.robots),
+            on_status=self._on_status,
+            counters=self.core.counters,
+            rng=self._rng,
+            duplicate_probability=float(p["duplicate_delivery_probability"]),
         )
-        self._robot_checks = {
-            spec.id: self._robot_side.create_client(
-                CheckKey, f"/fleet/{spec.id}/check_key", qos_profile=SERVICE_QOS
-            )
-            for spec in fleet.robots
-        }
-        # Publishers need no executor, and on a spun node each would add its QoS event
-        # handlers to the wait set: they get a node that is never spun.
-        self._command_side = Node(
-            "orchestrator_command_links", context=self.context, start_parameter_services=False
-        )
-        self._commands = {
-            spec.id: self._command_side.create_publisher(
-                FleetCommand, f"/fleet/{spec.id}/commands", RELIABLE_TOPIC_QOS
-            )
-            for spec in fleet.robots
-        }
-        for spec in fleet.robots:
-            self._robot_side.create_subscription(
-                RobotStatus, f"/fleet/{spec.id}/status", self._on_status, 10
-            )
-        self._robot_side_executor = SingleThreadedExecutor(context=self.context)
-        self._robot_side_executor.add_node(self._robot_side)
-        threading.Thread(
-            target=self._spin_robot_side, name="orchestrator-robot-links", daemon=True
-        ).start()
         self.create_subscription(
             CommandResult,
             "/fleet/results",
@@ -236,7 +207,7 @@ class Orchestrator(Node):
 
     def _ask_robot(self, ours: KeyStatus, robot_id: str, robot_key: str) -> KeyStatus:
         """Not final here: what does the robot itself say? (The reconciliation path.)"""
-        client = self._robot_checks[robot_id]
+        client = self._links.checks[robot_id]
         future = client.call_async(CheckKey.Request(idempotency_key=robot_key))
         done = threading.Event()
         future.add_done_callback(lambda _future: done.set())
@@ -275,17 +246,9 @@ class Orchestrator(Node):
                 self._held_back.append(delivery)
                 self.core.counters["injected_reordered_deliveries"] += 1
                 continue
-            self._send(delivery, stamp)
+            self._links.send(delivery, stamp)
         for delivery in late:
-            self._send(delivery, stamp)
-
-    def _send(self, delivery: Delivery, stamp: Time) -> None:
-        message = delivery_to_msg(delivery, stamp)
-        publisher = self._commands[delivery.robot_id]
-        publisher.publish(message)
-        if self._duplicate_probability and self._rng.random() < self._duplicate_probability:
-            publisher.publish(message)  # fault injection: the same delivery twice
-            self.core.counters["injected_duplicate_deliveries"] += 1
+            self._links.send(delivery, stamp)
 
     def _on_result(self, message: CommandResult) -> None:
         self.core.on_result(answer_from_msg(message))
@@ -309,16 +272,8 @@ class Orchestrator(Node):
     def _collect_garbage(self) -> None:
         self.store.gc(max_batches=4)
 
-    def _spin_robot_side(self) -> None:
-        try:
-            self._robot_side_executor.spin()
-        except Exception:  # the context was shut down under us: nothing left to serve
-            return
-
     def shutdown(self) -> None:
-        self._robot_side_executor.shutdown(timeout_sec=1.0)
-        self._robot_side.destroy_node()
-        self._command_side.destroy_node()
+        self._links.close()
         self.store.close()
         self.events.close()
 

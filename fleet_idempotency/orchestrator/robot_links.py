@@ -1,0 +1,89 @@
+"""The orchestrator's per-robot endpoints: command publishers, status subscriptions, CheckKey.
+
+For 50 robots these are 50 status subscriptions, 50 CheckKey clients and 50 command
+publishers with their QoS event handlers. rclpy rebuilds its wait set from every entity
+of its nodes on each wake-up, in Python: on the orchestrator's main executor they made
+every submit, result and tick wake-up cost O(fleet). So they live on side nodes:
+subscriptions and clients on one with its own single-threaded executor (statuses are
+handled in arrival order), publishers on one that is never spun (publishing needs no
+executor, and from any thread is safe).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+from builtin_interfaces.msg import Time
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+
+from fleet_idempotency.msg import FleetCommand, RobotStatus
+from fleet_idempotency.protocol import Delivery
+from fleet_idempotency.ros.convert import delivery_to_msg
+from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
+from fleet_idempotency.srv import CheckKey
+
+
+class RobotLinks:
+    def __init__(
+        self,
+        context: Context,
+        robot_ids: Iterable[str],
+        *,
+        on_status: Callable[[RobotStatus], None],
+        counters: Counter[str],
+        rng: random.Random,
+        duplicate_probability: float = 0.0,
+    ) -> None:
+        self._counters = counters
+        self._rng = rng
+        self._duplicate_probability = duplicate_probability
+        robot_ids = list(robot_ids)
+        self._listening = Node(
+            "orchestrator_robot_links", context=context, start_parameter_services=False
+        )
+        self.checks = {
+            robot_id: self._listening.create_client(
+                CheckKey, f"/fleet/{robot_id}/check_key", qos_profile=SERVICE_QOS
+            )
+            for robot_id in robot_ids
+        }
+        for robot_id in robot_ids:
+            self._listening.create_subscription(
+                RobotStatus, f"/fleet/{robot_id}/status", on_status, 10
+            )
+        self._publishing = Node(
+            "orchestrator_command_links", context=context, start_parameter_services=False
+        )
+        self._commands = {
+            robot_id: self._publishing.create_publisher(
+                FleetCommand, f"/fleet/{robot_id}/commands", RELIABLE_TOPIC_QOS
+            )
+            for robot_id in robot_ids
+        }
+        self._executor = SingleThreadedExecutor(context=context)
+        self._executor.add_node(self._listening)
+        threading.Thread(target=self._spin, name="orchestrator-robot-links", daemon=True).start()
+
+    def send(self, delivery: Delivery, stamp: Time) -> None:
+        message = delivery_to_msg(delivery, stamp)
+        publisher = self._commands[delivery.robot_id]
+        publisher.publish(message)
+        if self._duplicate_probability and self._rng.random() < self._duplicate_probability:
+            publisher.publish(message)  # fault injection: the same delivery twice
+            self._counters["injected_duplicate_deliveries"] += 1
+
+    def _spin(self) -> None:
+        try:
+            self._executor.spin()
+        except Exception:  # the context was shut down under us: nothing left to serve
+            return
+
+    def close(self) -> None:
+        self._executor.shutdown(timeout_sec=1.0)
+        self._listening.destroy_node()
+        self._publishing.destroy_node()
