@@ -25,7 +25,7 @@ from fleet_idempotency.store import (
     command_fingerprint,
 )
 
-from store_support import ROBOT, FakeClock, claim_args, make_config
+from support.store_support import ROBOT, FakeClock, claim_args, make_config
 
 OK_BODY = json.dumps({"picked": "A1"})
 

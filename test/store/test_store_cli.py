@@ -9,7 +9,7 @@ from pathlib import Path
 from fleet_idempotency.store import IdempotencyStore, State
 from fleet_idempotency.store.cli import main
 
-from store_support import ROBOT, claim_args, make_config, read_line, spawn_child
+from support.store_support import ROBOT, claim_args, make_config, read_line, spawn_child
 
 
 def run(*argv: str) -> tuple[int, str, str]:

@@ -8,6 +8,8 @@ from pydantic import ValidationError
 from fleet_idempotency.bringup.fleet_config import FleetConfigError, load_fleet, parse_fleet
 from fleet_idempotency.sim.world import Pose, Slot, World, WorldActionFailed, WorldConfig
 
+from support.paths import FLEET_FILE
+
 HERE = Pose(x=0, y=0)
 
 
@@ -92,9 +94,8 @@ def test_an_item_in_two_slots_is_a_config_error() -> None:
 
 
 def test_default_fleet_file_is_valid_and_heterogeneous() -> None:
-    from pathlib import Path
 
-    fleet = load_fleet(Path(__file__).resolve().parents[1] / "config" / "fleet.yaml")
+    fleet = load_fleet(FLEET_FILE)
     assert {robot.type for robot in fleet.robots} == {"amr", "forklift", "arm"}
     assert fleet.robot("arm_1").capacity >= 1
 

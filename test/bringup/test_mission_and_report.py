@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from fleet_idempotency.bringup.fleet_config import load_fleet
@@ -15,7 +14,9 @@ from fleet_idempotency.sim.mission import MissionPlanner
 from fleet_idempotency.sim.world import World
 from fleet_idempotency.store import State
 
-FLEET = load_fleet(Path(__file__).resolve().parents[1] / "config" / "fleet.yaml")
+from support.paths import FLEET_FILE
+
+FLEET = load_fleet(FLEET_FILE)
 
 
 def test_planned_commands_are_valid_and_physically_possible_when_executed_in_order() -> None:

@@ -13,7 +13,6 @@ import os
 import tempfile
 import time
 import unittest
-from pathlib import Path
 
 import pytest
 
@@ -30,7 +29,9 @@ from launch.launch_description_sources import PythonLaunchDescriptionSource
 
 from fleet_idempotency.srv import SubmitCommand
 
-LAUNCH_DIR = Path(__file__).resolve().parents[1] / "launch"
+from support.paths import REPO
+
+LAUNCH_DIR = REPO / "launch"
 STORE_DIR = tempfile.mkdtemp(prefix="fleet_launch_test_")
 
 

@@ -10,7 +10,8 @@ import pytest
 from fleet_idempotency.bringup.fleet_config import FleetConfigError, load_fleet, parse_fleet
 from fleet_idempotency.bringup.plan import NodeSpec, launch_plan, time_scale_for_speed
 
-REPO = Path(__file__).resolve().parents[1]
+from support.paths import REPO
+
 FLEET_FILE = REPO / "config" / "fleet.yaml"
 
 

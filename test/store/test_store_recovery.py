@@ -20,7 +20,7 @@ from fleet_idempotency.store import (
     is_alive,
 )
 
-from store_support import ROBOT, claim_args, make_config, read_line, spawn_child
+from support.store_support import ROBOT, claim_args, make_config, read_line, spawn_child
 
 
 def test_owner_identity_detects_dead_and_reused_processes() -> None:

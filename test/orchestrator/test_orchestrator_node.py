@@ -11,7 +11,7 @@ from fleet_idempotency.events import EventLogConfig, EventType, LmdbEventLog, re
 from fleet_idempotency.orchestrator.core import robot_key
 from fleet_idempotency.store import IdempotencyStore, StoreConfig
 
-from fleet_harness import FleetHarness
+from support.fleet_harness import FleetHarness
 
 COMPLETED = 3
 

@@ -26,7 +26,7 @@ from fleet_idempotency.store import (
     command_fingerprint,
 )
 
-from store_support import FakeClock, make_config
+from support.store_support import FakeClock, make_config
 
 RETENTION = 100.0
 TOMBSTONE_RETENTION = 300.0

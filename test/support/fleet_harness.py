@@ -13,10 +13,9 @@ import pytest
 
 from fleet_idempotency.ros.qos import SERVICE_QOS
 
-from ros_support import ChildProcesses, wait_for
+from support.paths import FLEET_FILE
+from support.ros_support import ChildProcesses, wait_for
 
-REPO = Path(__file__).resolve().parents[1]
-FLEET_FILE = REPO / "config" / "fleet.yaml"
 BIN = Path(sys.prefix) / "bin"
 STARTUP_TIMEOUT_S = 45.0
 

@@ -14,7 +14,7 @@ from test_demo import processes_mentioning
 
 from fleet_idempotency.ros.dds_isolation import isolated_environment
 
-from ros_support import wait_for
+from support.ros_support import wait_for
 
 BIN = Path(sys.prefix) / "bin"
 

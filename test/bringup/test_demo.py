@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ros_support import wait_for
+from support.ros_support import wait_for
 
 FLEET_IDEM = str(Path(sys.prefix) / "bin" / "fleet-idem")
 

@@ -12,8 +12,8 @@ import pytest
 
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 
-from fleet_harness import BIN, FleetHarness
-from ros_support import ChildProcesses
+from support.fleet_harness import BIN, FleetHarness
+from support.ros_support import ChildProcesses
 
 COMPLETED, FAILED, INTERRUPTED, REJECTED, EXPIRED, IN_PROGRESS = 3, 4, 5, 6, 7, 2
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fleet_idempotency.store import Claimed, IdempotencyStore, InProgress, Record, State
 
-from store_support import ROBOT, claim_args, make_config, read_line, spawn_child
+from support.store_support import ROBOT, claim_args, make_config, read_line, spawn_child
 
 
 def _race_one_key(store: IdempotencyStore, key: str, contenders: int) -> Counter[type]:

@@ -23,7 +23,9 @@ from fleet_idempotency.sim.world import World
 from fleet_idempotency.sim.world_link import LocalWorldLink
 from fleet_idempotency.store import IdempotencyStore, Record, State, StoreConfig, Tombstone
 
-FLEET = load_fleet(Path(__file__).resolve().parents[1] / "config" / "fleet.yaml")
+from support.paths import FLEET_FILE
+
+FLEET = load_fleet(FLEET_FILE)
 TIMEOUT_S = 20.0
 
 

@@ -32,7 +32,7 @@ from fleet_idempotency.store.persistence.codec import (
 from fleet_idempotency.store.persistence.rwlock import SharedExclusiveLock
 from fleet_idempotency.store.requests import validate_claim
 
-from store_support import ROBOT, claim_args, make_config
+from support.store_support import ROBOT, claim_args, make_config
 
 RID = b"amr-1\x00k1"
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fleet_harness import BIN, FLEET_FILE, FleetHarness
-from ros_support import ChildProcesses, wait_for
+from support.fleet_harness import BIN, FLEET_FILE, FleetHarness
+from support.ros_support import ChildProcesses, wait_for
 
 
 def test_one_process_hosts_independent_agents(

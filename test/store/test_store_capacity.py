@@ -19,7 +19,7 @@ from fleet_idempotency.store import (
     StoreFull,
 )
 
-from store_support import ROBOT, FakeClock, claim_args, make_config, read_line, spawn_child
+from support.store_support import ROBOT, FakeClock, claim_args, make_config, read_line, spawn_child
 
 KIB = 1024
 MIB = 1024 * KIB

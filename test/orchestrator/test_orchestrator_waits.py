@@ -8,8 +8,8 @@ from typing import Any
 
 from fleet_idempotency.orchestrator.node import MAX_WAITING_SUBMITS
 
-from fleet_harness import FleetHarness
-from ros_support import ChildProcesses
+from support.fleet_harness import FleetHarness
+from support.ros_support import ChildProcesses
 
 WAIT_S = 20.0
 

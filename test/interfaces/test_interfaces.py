@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from ros_support import ChildProcesses, wait_for
+from support.paths import SUPPORT
+from support.ros_support import ChildProcesses, wait_for
 
-PEERS = str(Path(__file__).with_name("ros_peers.py"))
+PEERS = str(SUPPORT / "ros_peers.py")
 
 
 def test_state_and_code_constants_match_the_contract() -> None:

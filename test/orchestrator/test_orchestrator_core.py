@@ -32,7 +32,9 @@ from fleet_idempotency.sim.world import World
 from fleet_idempotency.sim.world_link import LocalWorldLink
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 
-FLEET = load_fleet(Path(__file__).resolve().parents[1] / "config" / "fleet.yaml")
+from support.paths import FLEET_FILE
+
+FLEET = load_fleet(FLEET_FILE)
 TIMEOUT_S = 30.0
 FAST = OrchestratorSettings(
     retry_initial_s=0.05, retry_max_s=0.2, offline_after_s=0.5, busy_pause_s=0.05

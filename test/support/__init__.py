@@ -1,0 +1,1 @@
+"""Harnesses shared by the tests of every part: processes, DDS peers, stores, fleets."""
