@@ -22,6 +22,7 @@ from fleet_idempotency.commands import InvalidCommand, parse_payload, validate_c
 from fleet_idempotency.protocol import (
     BAD_REQUEST,
     BUSY,
+    INTERNAL,
     STORE_FULL,
     Answer,
     Delivery,
@@ -38,6 +39,7 @@ from fleet_idempotency.store import (
     InvalidRequest,
     Record,
     State,
+    StoreError,
     StoreFull,
     validate_key,
 )
@@ -158,6 +160,10 @@ class AgentCore:
             return Answer.rejected(delivery, BAD_REQUEST, str(invalid))
         except StoreFull as full:
             return Answer.rejected(delivery, STORE_FULL, str(full))
+        except StoreError as error:
+            # Nothing was claimed, so nothing runs: refused, and the sender is told why.
+            self.counters["store_errors"] += 1
+            return Answer.rejected(delivery, INTERNAL, f"{self.robot_id}'s store failed: {error}")
         if isinstance(outcome, Claimed):
             self._executor.enqueue(Work(command, delivery))
         return answer_for_outcome(delivery, outcome)

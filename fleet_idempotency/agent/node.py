@@ -27,9 +27,11 @@ from fleet_idempotency.protocol import Answer
 from fleet_idempotency.robots.simulated import SimulatedRobot
 from fleet_idempotency.ros.convert import (
     answer_to_msg,
+    check_key_failed,
     delivery_from_msg,
     fill_check_key_response,
 )
+from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import run_nodes
 from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
 from fleet_idempotency.sim.world import Pose
@@ -69,28 +71,33 @@ class AgentDriver(Node):
             on_load_change=self._publish_status,
             dedup_window=RecentDeliveries() if p["transport_dedup"] else None,
         )
+        guard = CallbackGuard(self.get_logger(), self.core.counters)
         # Commands are handled one at a time (claims serialise anyway); status checks and
         # timers get their own groups so they are answered while a claim is being synced.
         self.create_subscription(
             FleetCommand,
             "commands",
-            self._on_command,
+            guard.topic("commands", self._on_command),
             RELIABLE_TOPIC_QOS,
             callback_group=MutuallyExclusiveCallbackGroup(),
         )
         self.create_service(
             CheckKey,
             "check_key",
-            self._on_check_key,
+            guard.service("check_key", self._on_check_key, check_key_failed),
             qos_profile=SERVICE_QOS,
             callback_group=MutuallyExclusiveCallbackGroup(),
         )
         timers = MutuallyExclusiveCallbackGroup()
-        self.create_timer(p["status_period_s"], self._publish_status, callback_group=timers)
-        self.create_timer(p["gc_period_s"], self._collect_garbage, callback_group=timers)
+        self.create_timer(
+            p["status_period_s"], guard.timer("status", self._publish_status), callback_group=timers
+        )
+        self.create_timer(
+            p["gc_period_s"], guard.timer("gc", self._collect_garbage), callback_group=timers
+        )
         self.core.start()
         self._announce_timer = self.create_timer(
-            0.2, self._announce_recovered, callback_group=timers
+            0.2, guard.timer("announce_recovered", self._announce_recovered), callback_group=timers
         )
         self._announce_deadline = self.get_clock().now().nanoseconds + 30 * 10**9
         self.get_logger().info(

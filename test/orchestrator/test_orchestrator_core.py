@@ -21,6 +21,8 @@ from fleet_idempotency.agent.core import AgentCore
 from fleet_idempotency.bringup.fleet_config import FleetConfig, load_fleet
 from fleet_idempotency.events import EventLogConfig, EventType, LmdbEventLog, replay
 from fleet_idempotency.orchestrator.core import (
+    MAX_ROBOT_CAPACITY,
+    MAX_WAIT_TIMEOUT_S,
     OrchestratorCore,
     OrchestratorSettings,
     SubmitRequest,
@@ -413,3 +415,55 @@ def test_long_client_keys_map_to_bounded_robot_keys() -> None:
     assert len(mapped) <= 128 and mapped.startswith("wms:#")
     assert mapped == robot_key("wms", long_key)
     assert robot_key("wms", "k-1") == "wms:k-1"
+
+
+@pytest.mark.parametrize(
+    "wait", [float("nan"), float("inf"), -1.0, MAX_WAIT_TIMEOUT_S + 1], ids=str
+)
+def test_an_impossible_wait_is_a_400_naming_it_and_stores_nothing(
+    make_fleet: Callable[..., Fleet], wait: float
+) -> None:
+    fleet = make_fleet()
+    answer = fleet.orchestrator.submit(
+        SubmitRequest("wms", "k-wait", "amr_1", "dock", '{"dock": "D1"}', wait_timeout_s=wait)
+    )
+    assert (answer.state, answer.status_code) == (State.REJECTED, 400)
+    assert "wait_timeout_sec" in answer.message
+    assert fleet.orch_store.check("wms", "k-wait") is None
+    assert list(fleet.events.read()) == []
+
+
+def test_a_deeply_nested_payload_is_a_400_and_stores_nothing(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    fleet = make_fleet()
+    answer = fleet.submit("wms", "k-deep", "amr_1", "dock", "[" * 5000 + "]" * 5000)
+    assert (answer.state, answer.status_code) == (State.REJECTED, 400)
+    assert "levels" in answer.message
+    assert fleet.orch_store.stats()["records"] == 0
+    assert list(fleet.events.read()) == []
+
+
+@pytest.mark.parametrize(
+    ("robot_id", "heard_on", "queue_depth", "capacity", "counter"),
+    [
+        ("amr_2", "amr_1", 0, 2, "status_wrong_topic"),
+        ("amr_1", "amr_1", 0, 0, "status_invalid"),
+        ("amr_1", "amr_1", 0, MAX_ROBOT_CAPACITY + 1, "status_invalid"),
+        ("amr_1", "amr_1", 2**32 - 1, 2, "status_invalid"),
+        ("ghost", None, 0, 2, "status_unknown_robot"),
+    ],
+)
+def test_absurd_or_misaddressed_statuses_are_counted_and_change_nothing(
+    make_fleet: Callable[..., Fleet],
+    robot_id: str,
+    heard_on: str | None,
+    queue_depth: int,
+    capacity: int,
+    counter: str,
+) -> None:
+    fleet = make_fleet()
+    before = fleet.orchestrator.load()
+    fleet.orchestrator.on_status(robot_id, queue_depth, capacity, heard_on=heard_on)
+    assert fleet.orchestrator.counters[counter] == 1
+    assert fleet.orchestrator.load() == before
