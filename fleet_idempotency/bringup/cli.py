@@ -176,7 +176,16 @@ def _up(options: argparse.Namespace) -> int:
     fleet = load_fleet(fleet_file)
     store_dir = options.store_dir or Path(tempfile.mkdtemp(prefix="fleet-idem-up-"))
     with lease_domain_id() as domain_id:
-        processes = FleetProcesses(store_dir / "logs", isolated_environment(domain_id))
+        processes = FleetProcesses(
+            store_dir / "logs",
+            isolated_environment(domain_id),
+            on_restart=lambda restart: print(
+                f"supervisor: {restart.name} exited (code {restart.exit_code}); restarted "
+                f"after {restart.delay_s:.1f} s (restart #{restart.count}); its log: "
+                f"{store_dir / 'logs' / (restart.name + '.log')}",
+                flush=True,
+            ),
+        )
         try:
             plan = launch_plan(
                 fleet,

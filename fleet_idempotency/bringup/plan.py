@@ -137,6 +137,29 @@ def parameters_as_launch(spec: NodeSpec) -> list[dict[str, Any]]:
     return [dict(spec.parameters)]
 
 
+# As in ``fleet-idem``'s supervisor: a node that dies is started again. A moment's delay
+# lets the dead participant leave the DDS graph and keeps a crash loop from spinning.
+RESPAWN_DELAY_S = 2.0
+
+
+def launch_node_arguments(spec: NodeSpec) -> dict[str, Any]:
+    """The keyword arguments of ``launch_ros.actions.Node`` for one node of the plan.
+
+    No ``name=``: launch_ros turns it into a process-wide ``__node`` remap that would give
+    the helper nodes of an agent or the orchestrator the same name; each node class
+    already carries its conventional name.
+    """
+    return {
+        "package": spec.package,
+        "executable": spec.executable,
+        "namespace": spec.namespace,
+        "parameters": parameters_as_launch(spec),
+        "output": "screen",
+        "respawn": True,
+        "respawn_delay": RESPAWN_DELAY_S,
+    }
+
+
 def time_scale_for_speed(speed: str | float | None) -> float | None:
     """A launch argument ``speed`` (speed-up factor) as a time scale; '' or None: no override."""
     if speed is None or (isinstance(speed, str) and not speed.strip()):

@@ -19,6 +19,7 @@ from rclpy.node import Node
 
 from fleet_idempotency.bringup.fleet_config import FleetConfigError
 from fleet_idempotency.events import EventLogError
+from fleet_idempotency.ros.parent_watch import watch_parent
 from fleet_idempotency.sim.world_link_ros import WorldUnavailable
 from fleet_idempotency.store import StoreError
 
@@ -42,6 +43,7 @@ def run_nodes(
     args: list[str] | None = None,
 ) -> None:
     rclpy.init(args=args)
+    watch_parent()
     nodes: Sequence[Node] = []
     try:
         try:
