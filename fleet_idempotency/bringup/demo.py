@@ -29,6 +29,7 @@ import yaml
 from fleet_idempotency.bringup.audit import audit_orchestrator
 from fleet_idempotency.bringup.faults import CrashInjector, MisbehavingClient, crash_schedule
 from fleet_idempotency.bringup.fleet_config import FaultSettings, FleetConfig, load_fleet
+from fleet_idempotency.bringup.keys import provision
 from fleet_idempotency.bringup.plan import launch_plan
 from fleet_idempotency.bringup.processes import FleetProcesses, Restart
 from fleet_idempotency.bringup.report import RunFigures, check_invariants, render
@@ -130,11 +131,19 @@ class Demo:
             rclpy.init(context=context, domain_id=domain_id)
             client: FleetClient | None = None
             try:
+                keyring_dir = self.store_dir / "keys"
+                provision(fleet, keyring_dir)
                 processes.start_plan(
-                    launch_plan(fleet, fleet_file=fleet_file, store_dir=self.store_dir),
+                    launch_plan(
+                        fleet,
+                        fleet_file=fleet_file,
+                        store_dir=self.store_dir,
+                        keyring_dir=keyring_dir,
+                    ),
                     fleet_file=fleet_file,
                     store_dir=self.store_dir,
                     host_agents=self.options.host_agents,
+                    keyring_dir=keyring_dir,
                 )
                 client = FleetClient(context, "demo_client")
                 self._watch(client, fleet)

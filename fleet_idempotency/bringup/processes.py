@@ -122,24 +122,25 @@ class FleetProcesses:
         )
 
     def start_plan(
-        self, plan: list[NodeSpec], *, fleet_file: Path, store_dir: Path, host_agents: bool = False
+        self,
+        plan: list[NodeSpec],
+        *,
+        fleet_file: Path,
+        store_dir: Path,
+        host_agents: bool = False,
+        keyring_dir: Path | None = None,
     ) -> None:
         """Start every node of ``plan``; with ``host_agents``, all agents in one process
-        named "agents" (each still with its own store)."""
+        named "agents" (each still with its own store and keyring)."""
         for spec in plan:
             if not (host_agents and spec.executable == "agent_driver"):
                 self.start_node(spec)
         if host_agents:
-            self.start(
-                "agents",
-                [
-                    executable("agent_host"),
-                    "--fleet",
-                    str(fleet_file),
-                    "--store-dir",
-                    str(store_dir),
-                ],
-            )
+            argv = [executable("agent_host"), "--fleet", str(fleet_file)]
+            argv += ["--store-dir", str(store_dir)]
+            if keyring_dir is not None:
+                argv += ["--keyring-dir", str(keyring_dir)]
+            self.start("agents", argv)
 
     # --- supervision ----------------------------------------------------------------------
     def _supervise(self, name: str, child: _Child) -> None:

@@ -17,6 +17,7 @@ store writes (fsyncs) happen outside it so that concurrent submits share commits
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import random
 import re
@@ -28,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fleet_idempotency.auth import CommandSigner
 from fleet_idempotency.bringup.fleet_config import FleetConfig
 from fleet_idempotency.commands import InvalidCommand, validate_command
 from fleet_idempotency.events import EventLog, EventType, FleetEventRecord, replay
@@ -119,8 +121,11 @@ class OrchestratorCore:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        signer: CommandSigner | None = None,
     ) -> None:
         self.settings = settings or OrchestratorSettings()
+        # None: commands go unsigned (robots without a keyring accept them).
+        self.signer = signer
         self.store = store
         self.events = events
         self._wall_clock = wall_clock
@@ -335,17 +340,19 @@ class OrchestratorCore:
                     kind, command, {"attempt": command.attempt}, discriminator=str(command.attempt)
                 )
             )
-            deliveries.append(
-                Delivery(
-                    key=command.robot_key,
-                    client_id=command.client_id,
-                    robot_id=command.robot_id,
-                    command_type=command.command_type,
-                    payload_json=command.payload_json,
-                    payload_sha256=command.fingerprint,
-                    attempt=command.attempt,
-                )
+            delivery = Delivery(
+                key=command.robot_key,
+                client_id=command.client_id,
+                robot_id=command.robot_id,
+                command_type=command.command_type,
+                payload_json=command.payload_json,
+                payload_sha256=command.fingerprint,
+                attempt=command.attempt,
             )
+            if self.signer is not None:
+                key_id, tag = self.signer.sign(delivery)
+                delivery = dataclasses.replace(delivery, auth_key_id=key_id, auth_tag=tag)
+            deliveries.append(delivery)
         self._journal.emit(events)  # one durable commit for the whole tick
         return deliveries
 

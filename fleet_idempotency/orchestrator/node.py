@@ -20,6 +20,7 @@ from typing import Any
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 
+from fleet_idempotency.auth import CommandSigner, FleetKeyring, KeyringError, WatchedKeyring
 from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.resources import default_fleet_file
 from fleet_idempotency.events import EventLogConfig, FleetEventRecord, LmdbEventLog
@@ -79,6 +80,11 @@ class Orchestrator(Node):
         self._rng = random.Random(p["seed"] or None)
         self._reorder_probability = float(p["reorder_delivery_probability"])
         self._held_back: list[Delivery] = []
+        self._keyring = (
+            WatchedKeyring(Path(p["auth_keyring"]).expanduser(), FleetKeyring)
+            if p["auth_keyring"]
+            else None
+        )
         self.core = OrchestratorCore(
             fleet=fleet,
             store=self.store,
@@ -93,6 +99,7 @@ class Orchestrator(Node):
             ),
             on_event=self._publish_event,
             rng=self._rng,
+            signer=CommandSigner(self._keyring.keyring) if self._keyring else None,
         )
         self.core.restore()
         self._wait_slots = threading.BoundedSemaphore(MAX_WAITING_SUBMITS)
@@ -139,6 +146,12 @@ class Orchestrator(Node):
         self.create_timer(
             p["gc_period_s"], guard.timer("gc", self._collect_garbage), callback_group=timers
         )
+        if self._keyring is not None:
+            self.create_timer(
+                p["auth_reload_period_s"],
+                guard.timer("auth_reload", self._reload_keyring),
+                callback_group=timers,
+            )
         self.get_logger().info(
             f"orchestrating {len(fleet.robots)} robots; store {root}; "
             f"restored {self.core.counters['restored']} in-flight commands"
@@ -163,10 +176,25 @@ class Orchestrator(Node):
             "duplicate_delivery_probability": 0.0,
             "reorder_delivery_probability": 0.0,
             "seed": 0,
+            # The fleet keyring (auth/keyring.py): every command is signed with its active
+            # key. Empty: commands go unsigned (robots without a keyring accept them).
+            "auth_keyring": "",
+            "auth_reload_period_s": 5.0,
         }
         return {
             name: self.declare_parameter(name, default).value for name, default in defaults.items()
         }
+
+    def _reload_keyring(self) -> None:
+        assert self._keyring is not None
+        try:
+            keyring = self._keyring.refresh()
+        except (KeyringError, ValueError) as error:
+            self.get_logger().error(f"{error}; keeping the keys in force")
+            return
+        if keyring is not None and keyring.active:
+            self.core.signer = CommandSigner(keyring)
+            self.get_logger().info(f"keyring reloaded: signing with {keyring.active!r}")
 
     # --- API --------------------------------------------------------------------------------
     def _on_submit(

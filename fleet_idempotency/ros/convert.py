@@ -26,6 +26,8 @@ def delivery_from_msg(message: FleetCommand) -> Delivery:
         payload_json=message.payload_json,
         payload_sha256=message.payload_sha256,
         attempt=message.attempt,
+        auth_key_id=message.auth_key_id,
+        auth_tag=message.auth_tag,
     )
 
 
@@ -39,6 +41,8 @@ def delivery_to_msg(delivery: Delivery, issued_at: Time | None = None) -> FleetC
         payload_sha256=delivery.payload_sha256,
         attempt=delivery.attempt,
         issued_at=issued_at or Time(),
+        auth_key_id=delivery.auth_key_id,
+        auth_tag=delivery.auth_tag,
     )
 
 

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
+from fleet_idempotency.auth import KeyringError
 from fleet_idempotency.bringup.fleet_config import FleetConfigError
 from fleet_idempotency.events import EventLogError
 from fleet_idempotency.ros.parent_watch import watch_parent
@@ -26,6 +27,7 @@ from fleet_idempotency.store import StoreError
 # Errors a user can fix (a bad fleet file, a store from elsewhere, no world simulator):
 # reported as one clear line, not a traceback.
 STARTUP_ERRORS = (
+    KeyringError,
     FleetConfigError,
     StoreError,
     EventLogError,

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from fleet_idempotency.agent.core import AgentCore
+from fleet_idempotency.auth import CommandSigner, CommandVerifier, FleetKeyring
 from fleet_idempotency.bringup.fleet_config import FleetConfig, load_fleet
 from fleet_idempotency.events import EventLogConfig, EventType, LmdbEventLog, replay
 from fleet_idempotency.orchestrator.core import (
@@ -61,8 +62,10 @@ class Fleet:
         drop_results: float = 0.0,
         settings: OrchestratorSettings = FAST,
         capacities: dict[str, int] | None = None,
+        keyring: FleetKeyring | None = None,
     ) -> None:
         self.root = root
+        self.keyring = keyring
         self.fleet = fleet
         self.world = World(fleet.world)
         self.rng = random.Random(7)
@@ -85,6 +88,7 @@ class Fleet:
                 capacity=capacity,
                 publish=self._deliver_answer,
                 logger=_Quiet(),
+                verifier=CommandVerifier(keyring.for_robot(spec.id)) if keyring else None,
             )
             agent.start()
             self.agents[spec.id] = agent
@@ -101,7 +105,11 @@ class Fleet:
         )
         self.events = LmdbEventLog(EventLogConfig(path=self.root / "orchestrator" / "events"))
         core = OrchestratorCore(
-            fleet=self.fleet, store=self.orch_store, events=self.events, settings=self.settings
+            fleet=self.fleet,
+            store=self.orch_store,
+            events=self.events,
+            settings=self.settings,
+            signer=CommandSigner(self.keyring) if self.keyring else None,
         )
         core.restore()
         return core
@@ -467,3 +475,31 @@ def test_absurd_or_misaddressed_statuses_are_counted_and_change_nothing(
     fleet.orchestrator.on_status(robot_id, queue_depth, capacity, heard_on=heard_on)
     assert fleet.orchestrator.counters[counter] == 1
     assert fleet.orchestrator.load() == before
+
+
+def test_a_signed_fleet_runs_every_command_and_robots_verify_each_delivery(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    fleet = make_fleet(keyring=FleetKeyring.generate(), drop_results=0.3)
+    for index in range(6):
+        assert fleet.submit("wms", f"s-{index}", "amr_1", "dock", {"dock": "D1"}).status_code == 202
+    for index in range(6):
+        assert fleet.final("wms", f"s-{index}").state == State.COMPLETED
+        assert fleet.effects("wms", f"s-{index}", "amr_1") == 1
+    # Re-sends (attempt + 1) are signed anew and accepted as well.
+    assert fleet.orchestrator.counters["retries"] > 0
+    assert fleet.agents["amr_1"].counters["auth_rejected"] == 0
+
+
+def test_robots_with_keys_refuse_an_unsigned_orchestrator(tmp_path: Path) -> None:
+    fleet = Fleet(tmp_path, keyring=FleetKeyring.generate())
+    try:
+        fleet.orchestrator.signer = None  # e.g. an orchestrator started without its keyring
+        fleet.submit("wms", "u-1", "amr_1", "dock", {"dock": "D1"})
+        fleet.run_until(
+            lambda: fleet.agents["amr_1"].counters["auth_rejected"] >= 2, "refused re-sends"
+        )
+        assert fleet.effects("wms", "u-1", "amr_1") == 0
+        assert fleet.agents["amr_1"].store.check("amr_1", robot_key("wms", "u-1")) is None
+    finally:
+        fleet.close()
