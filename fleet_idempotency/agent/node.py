@@ -74,7 +74,9 @@ class AgentDriver(Node):
             dedup_window=RecentDeliveries() if p["transport_dedup"] else None,
             verifier=CommandVerifier(self._keyring.keyring) if self._keyring else None,
         )
-        guard = CallbackGuard(self.get_logger(), self.core.counters)
+        guard = CallbackGuard(
+            self.get_logger(), self.core.counters, shutting_down=lambda: not self.context.ok()
+        )
         # Commands are handled one at a time (claims serialise anyway); status checks and
         # timers get their own groups so they are answered while a claim is being synced.
         self.create_subscription(

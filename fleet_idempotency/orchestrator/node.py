@@ -104,7 +104,9 @@ class Orchestrator(Node):
         self.core.restore()
         self._wait_slots = threading.BoundedSemaphore(MAX_WAITING_SUBMITS)
 
-        guard = CallbackGuard(self.get_logger(), self.core.counters)
+        guard = CallbackGuard(
+            self.get_logger(), self.core.counters, shutting_down=lambda: not self.context.ok()
+        )
         api = ReentrantCallbackGroup()  # submits may wait for results: many at once
         # A deep request history: with the default depth of 10 a burst of submits from
         # one client loses requests, which the client only notices by its own timeout.

@@ -41,9 +41,21 @@ def _is_shutdown(error: Exception) -> bool:
 
 
 class CallbackGuard:
-    def __init__(self, logger: ThrottledLogger, counters: Counter[str]) -> None:
+    def __init__(
+        self,
+        logger: ThrottledLogger,
+        counters: Counter[str],
+        *,
+        shutting_down: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._logger = logger
         self.counters = counters
+        # While the context shuts down, callbacks fail on invalid handles: that is the end
+        # of the node, not bad input, and goes to the executor (which exits cleanly).
+        self._shutting_down = shutting_down
+
+    def _stop(self, error: Exception) -> bool:
+        return _is_shutdown(error) or self._shutting_down()
 
     def _report(self, name: str, error: Exception) -> str:
         self.counters["callback_errors"] += 1
@@ -65,7 +77,7 @@ class CallbackGuard:
             try:
                 callback(message)
             except Exception as error:
-                if _is_shutdown(error):
+                if self._stop(error):
                     raise
                 self._report(name, error)
 
@@ -77,7 +89,7 @@ class CallbackGuard:
             try:
                 callback()
             except Exception as error:
-                if _is_shutdown(error):
+                if self._stop(error):
                     raise
                 self._report(name, error)
 
@@ -96,7 +108,7 @@ class CallbackGuard:
             try:
                 return callback(request, response)
             except Exception as error:
-                if _is_shutdown(error):
+                if self._stop(error):
                     raise
                 description = self._report(name, error)
                 return on_error(response, f"internal error in {name} ({description})")

@@ -34,7 +34,9 @@ class WorldSimulator(Node):
         for robot in fleet.robots:
             self.world.register_robot(robot.id, robot.start)
         self.counters: Counter[str] = Counter()
-        guard = CallbackGuard(self.get_logger(), self.counters)
+        guard = CallbackGuard(
+            self.get_logger(), self.counters, shutting_down=lambda: not self.context.ok()
+        )
         self.create_service(
             WorldAction,
             "/world/act",

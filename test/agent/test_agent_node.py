@@ -20,7 +20,7 @@ COMPLETED, FAILED, INTERRUPTED, REJECTED, EXPIRED, IN_PROGRESS = 3, 4, 5, 6, 7, 
 
 @pytest.fixture(scope="module")
 def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetHarness]:
-    """One world and three agents shared by the tests that do not kill anything."""
+    """One world and four agents shared by the tests that do not kill anything."""
     import rclpy
 
     log_dir = tmp_path_factory.mktemp("shared_fleet")
@@ -36,6 +36,9 @@ def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetHarn
             fleet.start_agent("forklift_1", "forklift", start_x=2.0, start_y=4.0, time_scale=0.3)
             fleet.start_agent("amr_1", "amr", capacity=1, time_scale=0.3)
             fleet.start_agent("amr_2", "amr", start_y=2.5, retention_s=1.0, gc_period_s=0.2)
+            # Default retention: a record that outlives any test (amr_2's expire in 1 s, so
+            # on a loaded machine a retry there could meet a tombstone instead of the record).
+            fleet.start_agent("amr_3", "amr", start_y=5.0)
             yield fleet
         finally:
             children.stop_all()
@@ -75,22 +78,22 @@ def test_same_key_different_payload_is_422_and_executes_nothing(
     shared_fleet: FleetHarness,
 ) -> None:
     fleet = shared_fleet
-    fleet.send("amr_2", "k-mismatch", "dock", {"dock": "D3"})
+    fleet.send("amr_3", "k-mismatch", "dock", {"dock": "D3"})
     fleet.final("k-mismatch")
-    before = fleet.check_key("amr_2", "k-mismatch")
+    before = fleet.check_key("amr_3", "k-mismatch")
 
-    fleet.send("amr_2", "k-mismatch", "dock", {"dock": "D4"}, attempt=2)
+    fleet.send("amr_3", "k-mismatch", "dock", {"dock": "D4"}, attempt=2)
     answer = fleet.answer_to("k-mismatch", 2)
     assert (answer.state, answer.status_code) == (REJECTED, 422)
     assert before.payload_sha256 in answer.message
-    after = fleet.check_key("amr_2", "k-mismatch")
+    after = fleet.check_key("amr_3", "k-mismatch")
     assert (after.state, after.result_json, after.payload_sha256) == (
         before.state,
         before.result_json,
         before.payload_sha256,
     )
-    assert fleet.side_effects("amr_2", "k-mismatch") == 1
-    assert fleet.world_state()["docked"].get("amr_2") == "D3"
+    assert fleet.side_effects("amr_3", "k-mismatch") == 1
+    assert fleet.world_state()["docked"].get("amr_3") == "D3"
 
 
 def test_full_queue_answers_busy_then_the_retry_runs_once(shared_fleet: FleetHarness) -> None:

@@ -24,15 +24,18 @@ from hypothesis import strategies as st
 
 from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.keys import provision, robot_keyring_path
-from fleet_idempotency.events import EventLogConfig, LmdbEventLog
+from fleet_idempotency.events import EventLogConfig, EventType, LmdbEventLog
 from fleet_idempotency.orchestrator.core import robot_key
 from fleet_idempotency.store import IdempotencyStore, StoreConfig
 
 from support.fleet_harness import FleetHarness
 from support.paths import FLEET_FILE
 
-ROBOTS = {"forklift_1": "forklift", "amr_1": "amr"}
-EXAMPLES = 30
+ROBOTS = {"forklift_1": "forklift", "amr_1": "amr", "amr_2": "amr"}
+# Started without a keyring: fuzzed commands reach its parser and store (the others drop
+# them unread, having checked the tag first).
+UNAUTHENTICATED = "amr_2"
+EXAMPLES = 80
 HEALTH_EVERY = 10
 ANSWER_TIMEOUT_S = 20.0
 
@@ -207,7 +210,8 @@ class Adversary:
 
 def _submit_arguments(fields: dict[str, Any]) -> dict[str, Any]:
     wait = fields.pop("wait_timeout_sec")
-    return {**fields, "payload": fields.pop("payload_json"), "wait_timeout_s": wait}
+    payload = fields.pop("payload_json")
+    return {**fields, "payload": payload, "wait_timeout_s": wait}
 
 
 def assert_all_alive(fleet: FleetHarness) -> None:
@@ -224,9 +228,12 @@ def test_fuzzed_messages_never_kill_a_node_and_nothing_refused_is_stored(
     keyrings = tmp_path / "keys"
     provision(load_fleet(FLEET_FILE), keyrings)
     for robot_id, robot_type in ROBOTS.items():
-        fleet.start_agent(
-            robot_id, robot_type, auth_keyring=str(robot_keyring_path(keyrings, robot_id))
+        auth = (
+            {}
+            if robot_id == UNAUTHENTICATED
+            else {"auth_keyring": str(robot_keyring_path(keyrings, robot_id))}
         )
+        fleet.start_agent(robot_id, robot_type, **auth)
     fleet.start_orchestrator(auth_keyring=str(keyrings / "fleet.json"), tick_period_s=0.01)
     adversary = Adversary(fleet)
     normal_keys: list[str] = []
@@ -246,8 +253,14 @@ def test_fuzzed_messages_never_kill_a_node_and_nothing_refused_is_stored(
         if rounds["n"] % HEALTH_EVERY == 0:
             key = f"normal-{rounds['n']}"
             normal_keys.append(key)
-            answer = fleet.submit("ops", key, "amr_1", "dock", {"dock": "D1"}, wait_timeout_s=30)
-            assert answer.status_code == 200, answer
+            answer = fleet.submit("ops", key, "amr_1", "dock", {"dock": "D1"}, wait_timeout_s=30.0)
+            if answer.status_code != 200:
+                check = fleet.fleet_check("ops", key)
+                raise AssertionError(
+                    f"normal command: {answer.status_code} {answer.message!r}; check: "
+                    f"{check.state} {check.status_code} {check.message!r}; after "
+                    f"{[{k: str(v)[:40] for k, v in item.items()} for item in batch]}"
+                )
 
     survive()
     assert_all_alive(fleet)
@@ -262,16 +275,27 @@ def test_fuzzed_messages_never_kill_a_node_and_nothing_refused_is_stored(
         stored = {(r.scope, r.key) for r in store.iter_records()}
     assert not stored & only_refused
     with LmdbEventLog(EventLogConfig(path=root / "events"), readonly=True) as log:
-        logged = {(event.client_id, event.key) for event in log.read()}
+        robot_level = (EventType.ROBOT_ONLINE, EventType.ROBOT_OFFLINE)
+        logged = {(e.client_id, e.key) for e in log.read() if e.event_type not in robot_level}
     assert not logged & only_refused
     robot_side = {robot_key(client, key) for client, key in adversary.accepted} | {
         robot_key("ops", key) for key in normal_keys
     }
+    # The unauthenticated robot answered every fuzzed command it parsed; a 400 stored nothing.
+    answered = {(r.robot_id, r.idempotency_key): r.status_code for r in fleet.results}
+    taken = {
+        key
+        for (robot_id, key), code in answered.items()
+        if robot_id == UNAUTHENTICATED and code != 400
+    }
     for robot_id in ROBOTS:
         config = StoreConfig(path=fleet.store_dir / robot_id)
         with IdempotencyStore.open(config, readonly=True) as store:
-            executed = {r.key for r in store.iter_records()}
-        assert executed <= robot_side, f"{robot_id} stored keys nobody signed"
+            stored_keys = {r.key for r in store.iter_records()}
+        allowed = robot_side | (taken if robot_id == UNAUTHENTICATED else set())
+        assert stored_keys <= allowed, f"{robot_id} stored keys nobody signed or it refused"
     acted = fleet.world_state()["side_effects"]
     for robot_id, by_key in acted.items():
-        assert set(by_key) <= robot_side, f"{robot_id} acted for keys nobody signed"
+        allowed = robot_side | (taken if robot_id == UNAUTHENTICATED else set())
+        assert set(by_key) <= allowed, f"{robot_id} acted for keys nobody signed"
+    assert any(code == 400 for code in answered.values()), "fuzz must reach a parser"

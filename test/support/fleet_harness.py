@@ -306,7 +306,8 @@ class FleetHarness:
                 robot_id=robot_id,
                 command_type=command_type,
                 payload_json=payload_json,
-                wait_timeout_sec=wait_timeout_s,
+                # float(): rclpy stores an int in a float64 field as garbage (30 -> 5e-324).
+                wait_timeout_sec=float(wait_timeout_s),
             )
         )
 
