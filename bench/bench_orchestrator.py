@@ -269,7 +269,6 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=64, help="outstanding submits")
     parser.add_argument("--hosts", type=int, default=2, help="agent_host processes")
     parser.add_argument("--host-threads", type=int, default=4)
-    parser.add_argument("--tick-period", type=float, default=0.01, help="orchestrator tick (s)")
     parser.add_argument(
         "--profile", action="store_true", help="py-spy the orchestrator in the throughput phase"
     )
@@ -301,8 +300,6 @@ def main() -> None:
                 f"fleet_file:={scratch}/fleet.yaml",
                 "-p",
                 f"store_dir:={scratch}/orchestrator",
-                "-p",
-                f"tick_period_s:={options.tick_period}",
             ],
         )
         # The latency robot runs in a process of its own, as an onboard agent does; the

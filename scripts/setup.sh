@@ -106,6 +106,9 @@ if stamp_matches package "$package_hash" && "$venv/bin/python" -c 'import fleet_
     say "fleet_idempotency up to date"
 else
     say "building fleet_idempotency (interfaces via rosidl/CMake on first build: ~30 s)"
+    # setuptools reuses build/lib: modules deleted or moved in the tree would linger there
+    # and be installed again beside their new homes.
+    rm -rf "$repo/build/lib"*
     (cd "$repo" && run_logged "building the package" \
         "${pip[@]}" install --no-build-isolation --no-deps --force-reinstall .)
     (cd /tmp && "$venv/bin/python" -c 'import fleet_idempotency.msg, fleet_idempotency.srv') \

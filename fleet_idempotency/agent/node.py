@@ -21,6 +21,7 @@ from rclpy.node import Node
 
 from fleet_idempotency.agent.core import AgentCore
 from fleet_idempotency.agent.dedup_window import RecentDeliveries
+from fleet_idempotency.agent.status_throttle import StatusThrottle
 from fleet_idempotency.auth import CommandVerifier, KeyringError, RobotKeyring, WatchedKeyring
 from fleet_idempotency.commands import COMMAND_TYPES
 from fleet_idempotency.msg import CommandResult, FleetCommand, RobotStatus
@@ -64,13 +65,14 @@ class AgentDriver(Node):
         # start-up they would reach nobody, since discovery takes a moment.
         self._recovered: list[Answer] | None = []
         self._status = self.create_publisher(RobotStatus, "status", 10)
+        self._status_throttle = StatusThrottle(p["status_min_interval_s"])
         self.core = AgentCore(
             backend=backend,
             store=self.store,
             capacity=p["capacity"],
             publish=self._publish_answer,
             logger=self.get_logger(),
-            on_load_change=self._publish_status,
+            on_load_change=self._load_changed,
             dedup_window=RecentDeliveries() if p["transport_dedup"] else None,
             verifier=CommandVerifier(self._keyring.keyring) if self._keyring else None,
         )
@@ -95,7 +97,7 @@ class AgentDriver(Node):
         )
         timers = MutuallyExclusiveCallbackGroup()
         self.create_timer(
-            p["status_period_s"], guard.timer("status", self._publish_status), callback_group=timers
+            p["status_period_s"], guard.timer("status", self._heartbeat), callback_group=timers
         )
         self.create_timer(
             p["gc_period_s"], guard.timer("gc", self._collect_garbage), callback_group=timers
@@ -140,6 +142,8 @@ class AgentDriver(Node):
             "durable": True,
             "gc_period_s": 60.0,
             "status_period_s": 1.0,
+            # A load change is published at once only if the last status is older than this.
+            "status_min_interval_s": 0.2,
             "transport_dedup": True,
             "world_timeout_s": 30.0,
             "results_topic": "/fleet/results",
@@ -241,6 +245,14 @@ class AgentDriver(Node):
         self, request: CheckKey.Request, response: CheckKey.Response
     ) -> CheckKey.Response:
         return fill_check_key_response(self.core.check_key(request.idempotency_key), response)
+
+    def _load_changed(self) -> None:
+        if self._status_throttle.on_change():
+            self._publish_status()
+
+    def _heartbeat(self) -> None:
+        self._status_throttle.on_heartbeat()
+        self._publish_status()
 
     def _publish_status(self) -> None:
         load = self.core.load()

@@ -175,6 +175,7 @@ class OrchestratorCore:
                 if record.state.is_final and (view is None or view.state != record.state):
                     command = self._command_from_record(record)
                     self._journal.append(EventType.RESULT, command, result_detail(record))
+        self._journal.flush()
 
     def _command_from_record(self, record: Record) -> PendingCommand:
         return PendingCommand(
@@ -312,25 +313,35 @@ class OrchestratorCore:
 
     # --- dispatch -------------------------------------------------------------------------
     def tick(self) -> list[Delivery]:
-        """Deliveries due now: first dispatches and retries, within each robot's capacity."""
+        """Deliveries due now, with their events appended: ``dispatch`` then ``flush_events``."""
+        deliveries = self.dispatch()
+        self.flush_events()
+        return deliveries
+
+    def dispatch(self) -> list[Delivery]:
+        """Deliveries due now: first dispatches and retries, within each robot's capacity.
+
+        Their events are deferred: a caller that sends first and then calls
+        ``flush_events`` keeps the log's commit off the path to the robot (a DISPATCHED
+        lost in a crash only means a re-send, which the robot answers from its store).
+        """
         due, changes = self._dispatcher.due()
+        events: list[FleetEventRecord] = []
         for change in changes:
             event = EventType.ROBOT_ONLINE if change.online else EventType.ROBOT_OFFLINE
             self.counters[event.value] += 1
-            self._journal.emit(
-                [
-                    FleetEventRecord(
-                        event_type=event,
-                        client_id="",
-                        key="",
-                        robot_id=change.robot_id,
-                        detail={"in_flight": change.in_flight, "queued": change.queued},
-                        stamp=self._wall_clock(),
-                        discriminator=uuid.uuid4().hex,
-                    )
-                ]
+            events.append(
+                FleetEventRecord(
+                    event_type=event,
+                    client_id="",
+                    key="",
+                    robot_id=change.robot_id,
+                    detail={"in_flight": change.in_flight, "queued": change.queued},
+                    stamp=self._wall_clock(),
+                    discriminator=uuid.uuid4().hex,
+                )
             )
-        deliveries, events = [], []
+        deliveries = []
         for item in due:
             command = item.command
             kind = EventType.RETRIED if item.is_retry else EventType.DISPATCHED
@@ -353,8 +364,19 @@ class OrchestratorCore:
                 key_id, tag = self.signer.sign(delivery)
                 delivery = dataclasses.replace(delivery, auth_key_id=key_id, auth_tag=tag)
             deliveries.append(delivery)
-        self._journal.emit(events)  # one durable commit for the whole tick
+        self._journal.defer(events)
         return deliveries
+
+    def flush_events(self) -> None:
+        """Append every deferred event in one durable commit (and publish them)."""
+        self._journal.flush()
+
+    def events_pending(self) -> bool:
+        return self._journal.has_pending()
+
+    def next_deadline(self) -> float | None:
+        """The clock time (``clock``) at which ``dispatch`` next has work without new input."""
+        return self._dispatcher.next_deadline()
 
     def on_status(
         self, robot_id: str, queue_depth: int, capacity: int, *, heard_on: str | None = None
@@ -418,11 +440,10 @@ class OrchestratorCore:
             self._rejections[client_key] = (answer.status_code, answer.message)
         kind = EventType.EXPIRED if answer.status_code == GONE else EventType.REJECTED
         self.counters[f"robot_{kind.value}"] += 1
-        self._append(
-            kind,
-            command,
-            {"status_code": answer.status_code, "message": answer.message},
-            discriminator=str(command.attempt),
+        # At once: restore could not tell a released key's end from the log alone.
+        detail = {"status_code": answer.status_code, "message": answer.message}
+        self._journal.emit(
+            [self._journal.event(kind, command, detail, discriminator=str(command.attempt))]
         )
 
     # --- status check ---------------------------------------------------------------------

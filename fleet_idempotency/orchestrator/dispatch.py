@@ -5,11 +5,20 @@ per robot (its queue, what it has in flight, whether it is online, its advertise
 capacity). ``OrchestratorCore`` decides what a submit or a result *means*; the
 ``Dispatcher`` only decides when deliveries are due. One lock guards every lane; callers
 never hold it while they write to disk.
+
+Event-driven, and O(work) per call: a submit, a result or a status marks its lane
+*dirty*, and ``due()`` fills free slots of the dirty lanes only; everything that happens
+at a time (a retry deadline, a robot going silent, the end of a busy pause) sits in one
+heap, and ``next_deadline()`` tells the caller how long it may sleep. Nothing scans the
+fleet or every command in flight; entries made stale by a result are skipped when they
+surface.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
+import itertools
 import random
 import threading
 from collections import deque
@@ -85,6 +94,8 @@ class RobotLane:
     last_heard: float | None = None
     online: bool = False
     paused_until: float = 0.0
+    # An offline check is scheduled for this lane (one at a time, however many statuses).
+    offline_check_pending: bool = False
 
     @property
     def waiting(self) -> int:
@@ -117,6 +128,10 @@ class OnlineChange:
     queued: int
 
 
+# Heap entry kinds: what to look at when the entry's time comes.
+_RETRY, _OFFLINE_CHECK, _UNPAUSE = 0, 1, 2
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -131,6 +146,13 @@ class Dispatcher:
         self._clock = clock
         self._rng = rng
         self._lock = threading.RLock()
+        self._dirty: set[str] = set()
+        # (when, tie-breaker, kind, robot_id, robot_key or ""): retries, offline checks,
+        # ends of busy pauses.
+        self._timed: list[tuple[float, int, int, str, str]] = []
+        self._order = itertools.count()
+        # Robots that came back, noticed by a status or result between two ``due()`` calls.
+        self._changes: list[OnlineChange] = []
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -140,37 +162,63 @@ class Dispatcher:
     def lane(self, robot_id: str) -> RobotLane | None:
         return self.lanes.get(robot_id)
 
+    def _at(self, when: float, kind: int, robot_id: str, robot_key: str = "") -> None:
+        heapq.heappush(self._timed, (when, next(self._order), kind, robot_id, robot_key))
+
     def enqueue(self, command: PendingCommand) -> None:
         with self._lock:
             self.lanes[command.robot_id].queue.append(command)
+            self._dirty.add(command.robot_id)
 
     def restore_in_flight(self, command: PendingCommand) -> None:
-        """A command sent before a crash: in flight, re-sent at once on the next tick."""
+        """A command sent before a crash: in flight, re-sent as soon as its robot is heard."""
         with self._lock:
             command.dispatched = True
+            command.next_send_at = 0.0
             self.lanes[command.robot_id].in_flight[command.robot_key] = command
+            self._at(0.0, _RETRY, command.robot_id, command.robot_key)
 
     def queue_full(self, robot_id: str) -> bool:
         with self._lock:
             waiting = self.lanes[robot_id].waiting
         return waiting >= self.settings.queue_capacity_per_robot
 
+    def next_deadline(self) -> float | None:
+        """When ``due()`` may have something to do without any new input (None: never)."""
+        with self._lock:
+            if self._dirty:
+                return self._clock()
+            return self._timed[0][0] if self._timed else None
+
     def due(self) -> tuple[list[Due], list[OnlineChange]]:
         """Deliveries due now, within each robot's capacity, and robots that came or went."""
         now = self._clock()
         due: list[Due] = []
-        changes: list[OnlineChange] = []
         with self._lock:
-            for lane in self.lanes.values():
-                change = self._update_online(lane, now)
-                if change is not None:
-                    changes.append(change)
+            changes, self._changes = self._changes, []
+            while self._timed and self._timed[0][0] <= now:
+                _when, _order, kind, robot_id, robot_key = heapq.heappop(self._timed)
+                lane = self.lanes[robot_id]
+                if kind == _OFFLINE_CHECK:
+                    lane.offline_check_pending = False
+                    change = self._check_offline(lane, now)
+                    if change is not None:
+                        changes.append(change)
+                elif kind == _UNPAUSE:
+                    self._dirty.add(robot_id)
+                else:
+                    command = lane.in_flight.get(robot_key)
+                    # Stale (answered, or rescheduled since) or offline: nothing to send;
+                    # an offline lane's commands are rescheduled when it is heard again.
+                    if command is None or not lane.online or command.next_send_at > now:
+                        continue
+                    due.append(Due(command, is_retry=True))
+                    self._schedule(command, now)
+            dirty, self._dirty = self._dirty, set()
+            for robot_id in dirty:
+                lane = self.lanes[robot_id]
                 if not lane.online:
                     continue
-                for command in lane.in_flight.values():
-                    if command.next_send_at <= now:
-                        due.append(Due(command, is_retry=True))
-                        self._schedule(command, now)
                 while (
                     lane.queue and len(lane.in_flight) < lane.capacity and lane.paused_until <= now
                 ):
@@ -192,20 +240,37 @@ class Dispatcher:
         command.backoff_s = base
         jitter = 1 + self.settings.retry_jitter * (2 * self._rng.random() - 1)
         command.next_send_at = now + base * jitter
+        self._at(command.next_send_at, _RETRY, command.robot_id, command.robot_key)
 
-    def _update_online(self, lane: RobotLane, now: float) -> OnlineChange | None:
-        heard_recently = (
-            lane.last_heard is not None and now - lane.last_heard <= self.settings.offline_after_s
-        )
-        if heard_recently == lane.online:
+    def _check_offline(self, lane: RobotLane, now: float) -> OnlineChange | None:
+        assert lane.last_heard is not None
+        silent_until = lane.last_heard + self.settings.offline_after_s
+        if now < silent_until:
+            lane.offline_check_pending = True
+            self._at(silent_until, _OFFLINE_CHECK, lane.robot_id)
             return None
-        lane.online = heard_recently
-        if heard_recently:
-            # Back: re-send what was in flight at once rather than after a long backoff.
-            for command in lane.in_flight.values():
-                command.next_send_at = now
-                command.backoff_s = 0.0
-        return OnlineChange(lane.robot_id, heard_recently, len(lane.in_flight), len(lane.queue))
+        if not lane.online:
+            return None
+        lane.online = False
+        return OnlineChange(lane.robot_id, False, len(lane.in_flight), len(lane.queue))
+
+    def _heard(self, lane: RobotLane) -> OnlineChange | None:
+        """A sign of life (status or result): back online at once, offline check armed."""
+        now = self._clock()
+        lane.last_heard = now
+        if not lane.offline_check_pending:
+            lane.offline_check_pending = True
+            self._at(now + self.settings.offline_after_s, _OFFLINE_CHECK, lane.robot_id)
+        if lane.online:
+            return None
+        lane.online = True
+        self._dirty.add(lane.robot_id)
+        # Back: re-send what was in flight at once rather than after a long backoff.
+        for command in lane.in_flight.values():
+            command.next_send_at = now
+            command.backoff_s = 0.0
+            self._at(now, _RETRY, lane.robot_id, command.robot_key)
+        return OnlineChange(lane.robot_id, True, len(lane.in_flight), len(lane.queue))
 
     def on_status(self, robot_id: str, queue_depth: int, capacity: int) -> bool:
         """Note a robot's load; False when the robot is not part of the fleet."""
@@ -213,13 +278,18 @@ class Dispatcher:
             lane = self.lanes.get(robot_id)
             if lane is None:
                 return False
-            lane.last_heard = self._clock()
-            if capacity > 0:
+            change = self._heard(lane)
+            if change is not None:
+                self._changes.append(change)
+            if capacity > 0 and capacity != lane.capacity:
                 lane.capacity = capacity
+                self._dirty.add(robot_id)
+            assert lane.last_heard is not None
             if queue_depth < capacity and lane.paused_until > lane.last_heard:
                 lane.paused_until = min(
                     lane.paused_until, lane.last_heard + self.settings.busy_pause_s
                 )
+                self._at(lane.paused_until, _UNPAUSE, robot_id)
             return True
 
     def on_result(self, answer: Answer) -> tuple[ResultEffect, PendingCommand | None]:
@@ -227,11 +297,14 @@ class Dispatcher:
             lane = self.lanes.get(answer.robot_id)
             command = lane.in_flight.get(answer.key) if lane is not None else None
             if lane is not None:
-                lane.last_heard = self._clock()
+                change = self._heard(lane)
+                if change is not None:
+                    self._changes.append(change)
             if command is None or lane is None:
                 return ResultEffect.IGNORED, None
             if answer.state in FINAL_STATES:
                 del lane.in_flight[answer.key]
+                self._dirty.add(lane.robot_id)
                 return ResultEffect.SETTLED, command
             if answer.status_code in (BUSY, STORE_FULL):
                 del lane.in_flight[answer.key]
@@ -239,9 +312,11 @@ class Dispatcher:
                 command.backoff_s = 0.0
                 lane.queue.appendleft(command)
                 lane.paused_until = self._clock() + self.settings.busy_pause_s
+                self._at(lane.paused_until, _UNPAUSE, lane.robot_id)
                 return ResultEffect.REQUEUED, command
             if answer.state == State.REJECTED or answer.status_code == GONE:
                 del lane.in_flight[answer.key]
+                self._dirty.add(lane.robot_id)
                 return ResultEffect.SETTLED, command
             if answer.status_code in (ACCEPTED, CONFLICT):
                 command.acknowledged = True

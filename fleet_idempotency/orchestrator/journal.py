@@ -3,10 +3,20 @@
 Every event of a command carries the command's claim id in its discriminator, so a key
 released and claimed again keeps both lives in the log, while re-appending the same fact
 is a no-op (the log deduplicates by identity).
+
+Most events are *deferred*: queued in order and appended by the next ``flush`` in one
+durable commit, off the path of the submit or result that caused them. That is safe
+because the key store, not the log, is the truth about keys and is written first: after a
+crash, ``OrchestratorCore.restore`` appends what the log is missing (an ACCEPTED for a
+claim, a RESULT for a finish), and a lost DISPATCHED only means a re-send the robot
+answers from its store. Events whose loss restore could not repair (a key released after
+a robot's refusal) are appended at once with ``emit``, after everything deferred before
+them, so the log's order is always the order things happened.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +55,10 @@ class Journal:
         self.events = events
         self._on_event = on_event
         self._wall_clock = wall_clock
+        self._pending: list[FleetEventRecord] = []
+        self._pending_lock = threading.Lock()
+        # Held across take-and-append, so batches reach the log in the order they formed.
+        self._append_lock = threading.Lock()
 
     def event(
         self,
@@ -70,7 +84,8 @@ class Journal:
         detail: dict[str, Any],
         discriminator: str = "",
     ) -> None:
-        self.emit([self.event(kind, command, detail, discriminator)])
+        """Deferred: appended by the next ``flush``."""
+        self.defer([self.event(kind, command, detail, discriminator)])
 
     def append_fact(
         self,
@@ -82,8 +97,8 @@ class Journal:
         detail: dict[str, Any],
         discriminator: str,
     ) -> None:
-        """An event about a request that is not (or no longer) a pending command."""
-        self.emit(
+        """An event about a request that is not (or no longer) a pending command (deferred)."""
+        self.defer(
             [
                 FleetEventRecord(
                     event_type=kind,
@@ -97,10 +112,25 @@ class Journal:
             ]
         )
 
+    def defer(self, events: list[FleetEventRecord]) -> None:
+        with self._pending_lock:
+            self._pending.extend(events)
+
+    def has_pending(self) -> bool:
+        with self._pending_lock:
+            return bool(self._pending)
+
+    def flush(self) -> None:
+        """Append everything deferred so far in one durable commit, then publish it."""
+        self.emit([])
+
     def emit(self, events: list[FleetEventRecord]) -> None:
-        """Append in one durable commit, then publish what was new."""
-        if not events:
-            return
-        for stored, appended in self.events.append_many(events):
-            if appended:
-                self._on_event(stored)
+        """Append what is deferred and then ``events`` in one durable commit; publish."""
+        with self._append_lock:
+            with self._pending_lock:
+                batch, self._pending = [*self._pending, *events], []
+            if not batch:
+                return
+            for stored, appended in self.events.append_many(batch):
+                if appended:
+                    self._on_event(stored)

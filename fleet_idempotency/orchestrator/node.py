@@ -31,6 +31,7 @@ from fleet_idempotency.orchestrator.core import (
     SubmitAnswer,
     SubmitRequest,
 )
+from fleet_idempotency.orchestrator.dispatch_loop import DispatchLoop
 from fleet_idempotency.orchestrator.robot_links import RobotLinks
 from fleet_idempotency.protocol import CONFLICT, INTERNAL, Delivery, KeyStatus
 from fleet_idempotency.ros.convert import (
@@ -79,7 +80,6 @@ class Orchestrator(Node):
         self._events_pub = self.create_publisher(FleetEvent, "/fleet/events", RELIABLE_TOPIC_QOS)
         self._rng = random.Random(p["seed"] or None)
         self._reorder_probability = float(p["reorder_delivery_probability"])
-        self._held_back: list[Delivery] = []
         self._keyring = (
             WatchedKeyring(Path(p["auth_keyring"]).expanduser(), FleetKeyring)
             if p["auth_keyring"]
@@ -134,6 +134,16 @@ class Orchestrator(Node):
             rng=self._rng,
             duplicate_probability=float(p["duplicate_delivery_probability"]),
         )
+        # Woken by work (submits, results, statuses), asleep until the next retry deadline:
+        # no fixed tick (see dispatch_loop.py).
+        self._dispatch = DispatchLoop(
+            self.core,
+            self._send,
+            counters=self.core.counters,
+            on_error=self._dispatch_failed,
+            hold_back=self._hold_back,
+        )
+        self._dispatch.start()
         self.create_subscription(
             CommandResult,
             "/fleet/results",
@@ -142,9 +152,6 @@ class Orchestrator(Node):
             callback_group=MutuallyExclusiveCallbackGroup(),
         )
         timers = MutuallyExclusiveCallbackGroup()
-        self.create_timer(
-            p["tick_period_s"], guard.timer("tick", self._tick), callback_group=timers
-        )
         self.create_timer(
             p["gc_period_s"], guard.timer("gc", self._collect_garbage), callback_group=timers
         )
@@ -172,7 +179,6 @@ class Orchestrator(Node):
             "retry_jitter": 0.2,
             "offline_after_s": 3.0,
             "busy_pause_s": 0.5,
-            "tick_period_s": 0.01,
             "gc_period_s": 60.0,
             # Fault injection for tests and demos: deliver a fraction of commands twice.
             "duplicate_delivery_probability": 0.0,
@@ -212,6 +218,7 @@ class Orchestrator(Node):
                 wait_timeout_s=request.wait_timeout_sec,
             )
         )
+        self._dispatch.kick()
         if request.wait_timeout_sec > 0 and answer.status_code in (202, CONFLICT):
             if not self._wait_slots.acquire(blocking=False):
                 self.core.counters["waits_refused"] += 1
@@ -277,18 +284,18 @@ class Orchestrator(Node):
         )
 
     # --- traffic ----------------------------------------------------------------------------
-    def _tick(self) -> None:
+    def _send(self, deliveries: list[Delivery]) -> None:
         stamp = self.get_clock().now().to_msg()
-        late, self._held_back = self._held_back, []
-        for delivery in self.core.tick():
-            if self._reorder_probability and self._rng.random() < self._reorder_probability:
-                # Fault injection: sent on the next tick, after fresher deliveries.
-                self._held_back.append(delivery)
-                self.core.counters["injected_reordered_deliveries"] += 1
-                continue
+        for delivery in deliveries:
             self._links.send(delivery, stamp)
-        for delivery in late:
-            self._links.send(delivery, stamp)
+
+    def _hold_back(self, _delivery: Delivery) -> bool:
+        return bool(self._reorder_probability) and self._rng.random() < self._reorder_probability
+
+    def _dispatch_failed(self, error: Exception) -> None:
+        self.get_logger().error(
+            f"dispatch: unexpected {error!r} (kept dispatching)", throttle_duration_sec=5.0
+        )
 
     def _on_result(self, message: CommandResult) -> None:
         try:
@@ -297,11 +304,13 @@ class Orchestrator(Node):
             self.core.counters["results_invalid"] += 1
             return
         self.core.on_result(answer)
+        self._dispatch.kick()
 
     def _on_status(self, message: RobotStatus, heard_on: str) -> None:
         self.core.on_status(
             message.robot_id, message.queue_depth, message.capacity, heard_on=heard_on
         )
+        self._dispatch.kick()
 
     def _publish_event(self, event: FleetEventRecord) -> None:
         self._events_pub.publish(
@@ -320,6 +329,7 @@ class Orchestrator(Node):
         self.store.gc(max_batches=4)
 
     def shutdown(self) -> None:
+        self._dispatch.stop()
         self._links.close()
         self.store.close()
         self.events.close()

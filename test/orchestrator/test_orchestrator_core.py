@@ -253,6 +253,7 @@ def test_orchestrator_crash_and_restart_loses_nothing_and_repeats_nothing(
         robot = docks[index % 3][0]
         assert fleet.effects("wms", f"dock-{index}", robot) == 1
 
+    fleet.orchestrator.flush_events()  # the log follows the store by at most one flush
     events = list(fleet.events.read())
     identities = [event.identity for event in events]
     assert len(identities) == len(set(identities))
@@ -288,6 +289,7 @@ def test_a_silent_robot_holds_its_commands_others_proceed_then_it_drains_once(
     for index in range(3):
         assert fleet.final("wms", f"silent-{index}").state == State.COMPLETED
         assert fleet.effects("wms", f"silent-{index}", "amr_1") == 1
+    fleet.orchestrator.flush_events()
     kinds = [event.event_type for event in fleet.events.read()]
     assert EventType.ROBOT_OFFLINE in kinds and EventType.ROBOT_ONLINE in kinds
 
@@ -383,6 +385,7 @@ def test_robot_refusal_releases_the_key_and_check_key_explains(
     # Released: the client may submit the key again and it is evaluated again.
     assert fleet.submit("wms", "k-bad", "forklift_1", "pick", {"slot": "S1"}).status_code == 202
     assert fleet.effects("wms", "k-bad", "forklift_1") == 0
+    fleet.orchestrator.flush_events()
     replayed = replay(fleet.events.read())
     assert replayed.keys[("wms", "k-bad")].state == State.ACCEPTED
 
@@ -438,6 +441,7 @@ def test_an_impossible_wait_is_a_400_naming_it_and_stores_nothing(
     assert (answer.state, answer.status_code) == (State.REJECTED, 400)
     assert "wait_timeout_sec" in answer.message
     assert fleet.orch_store.check("wms", "k-wait") is None
+    fleet.orchestrator.flush_events()
     assert list(fleet.events.read()) == []
 
 
@@ -449,6 +453,7 @@ def test_a_deeply_nested_payload_is_a_400_and_stores_nothing(
     assert (answer.state, answer.status_code) == (State.REJECTED, 400)
     assert "levels" in answer.message
     assert fleet.orch_store.stats()["records"] == 0
+    fleet.orchestrator.flush_events()
     assert list(fleet.events.read()) == []
 
 

@@ -234,7 +234,7 @@ def test_fuzzed_messages_never_kill_a_node_and_nothing_refused_is_stored(
             else {"auth_keyring": str(robot_keyring_path(keyrings, robot_id))}
         )
         fleet.start_agent(robot_id, robot_type, **auth)
-    fleet.start_orchestrator(auth_keyring=str(keyrings / "fleet.json"), tick_period_s=0.01)
+    fleet.start_orchestrator(auth_keyring=str(keyrings / "fleet.json"))
     adversary = Adversary(fleet)
     normal_keys: list[str] = []
     rounds = {"n": 0}
