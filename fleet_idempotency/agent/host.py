@@ -29,7 +29,8 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--store-dir", type=Path, required=True)
     parser.add_argument("--robots", default="", help="comma-separated ids (default: all)")
     parser.add_argument("--time-scale", type=float, default=None)
-    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=8, help="with --executor multi")
+    parser.add_argument("--executor", default="single", choices=["multi", "single"])
     parser.add_argument("--keyring-dir", type=Path, default=None, help="see bringup/keys.py")
     return parser.parse_args(argv)
 
@@ -56,7 +57,9 @@ def main(argv: list[str] | None = None) -> None:
             agents.append(AgentDriver(namespace=spec.namespace, parameter_overrides=overrides))
         return agents
 
-    run_nodes("agent_host", make_agents, threads=options.threads, args=argv)
+    run_nodes(
+        "agent_host", make_agents, threads=options.threads, executor=options.executor, args=argv
+    )
 
 
 if __name__ == "__main__":

@@ -288,7 +288,10 @@ class AgentDriver(Node):
 
 
 def main(args: list[str] | None = None) -> None:
-    run_nodes("agent_driver", lambda: [AgentDriver()], threads=4, args=args)
+    # One thread is enough: commands are handled one at a time anyway (claims serialise),
+    # execution runs on the agent's own worker thread, and a single-threaded executor's
+    # wake-ups cost less than a multi-threaded one's (see ros/node_main.py).
+    run_nodes("agent_driver", lambda: [AgentDriver()], executor="single", args=args)
 
 
 if __name__ == "__main__":

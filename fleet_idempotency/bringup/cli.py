@@ -151,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     options = build_parser().parse_args(argv)
     # SIGTERM (e.g. from CI or systemd) cleans up like Ctrl-C: no process left behind.
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    # Python installs its Ctrl-C handler only when SIGINT is not ignored at start, and a
+    # process started in the background of a script inherits "ignored": `kill -INT` must
+    # still stop the fleet cleanly.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if options.command == "demo":
             return _demo(options)

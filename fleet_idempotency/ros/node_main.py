@@ -14,7 +14,12 @@ from collections.abc import Callable, Sequence
 
 import rclpy
 from pydantic import ValidationError
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import (
+    Executor,
+    ExternalShutdownException,
+    MultiThreadedExecutor,
+    SingleThreadedExecutor,
+)
 from rclpy.node import Node
 
 from fleet_idempotency.auth import KeyringError
@@ -37,11 +42,27 @@ STARTUP_ERRORS = (
 )
 
 
+def make_executor(kind: str, threads: int) -> Executor:
+    """``single``: one thread, the cheapest wake-up rclpy's Python executors have;
+    ``multi``: MultiThreadedExecutor, for nodes whose callbacks block (waiting submits).
+
+    ``rclpy.experimental.EventsExecutor`` (a C++ event queue) would be cheaper still, but in
+    the Jazzy wheels measured here its timers never fired and ``shutdown`` hung, so it is
+    not offered (docs/design.md, "Speed").
+    """
+    if kind == "multi":
+        return MultiThreadedExecutor(num_threads=threads)
+    if kind == "single":
+        return SingleThreadedExecutor()
+    raise ValueError(f"unknown executor {kind!r} (events, multi or single)")
+
+
 def run_nodes(
     name: str,
     make_nodes: Callable[[], Sequence[Node]],
     *,
     threads: int = 4,
+    executor: str = "multi",
     args: list[str] | None = None,
 ) -> None:
     rclpy.init(args=args)
@@ -53,10 +74,10 @@ def run_nodes(
         except STARTUP_ERRORS as error:
             print(f"{name}: cannot start: {error}", file=sys.stderr)
             raise SystemExit(1) from None
-        executor = MultiThreadedExecutor(num_threads=threads)
+        spinner = make_executor(executor, threads)
         for node in nodes:
-            executor.add_node(node)
-        executor.spin()
+            spinner.add_node(node)
+        spinner.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
