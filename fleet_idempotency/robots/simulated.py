@@ -109,8 +109,11 @@ class SimulatedRobot(RobotBackend):
         action: WorldActionName = "pick" if isinstance(payload, Pick) else "place"
         if self.profile.speed_m_s > 0:
             self._travel_to(x, y)
+        else:
+            self._reach_to(x, y)
         self._wait(self.profile.handling_s / 2)  # approach: forks down, or arm reaching
         item = self._act(command, action, target_name)
+        self._hold(action, item)
         self._wait(self.profile.handling_s / 2)  # lift and retract, carrying the item
         return self._result(command, target_name, item=item)
 
@@ -160,10 +163,21 @@ class SimulatedRobot(RobotBackend):
                 )
             )
 
+    # Hooks for a backend whose robots have bodies (gazebo_control.GazeboRobot): in the
+    # kinematic world an arm reaches instantly and the world alone says what is carried.
+    def _reach_to(self, x: float, y: float) -> None:
+        """A fixed robot turns its tool to a point within reach."""
+
+    def _hold(self, action: WorldActionName, item: str) -> None:
+        """Grip (after a pick) or release (after a place) the item the world just moved."""
+
     def _move_to(self, pose: Pose) -> None:
+        self._set_pose(pose)
+        self._world.set_pose(self.robot_id, pose)
+
+    def _set_pose(self, pose: Pose) -> None:
         with self._pose_lock:
             self._pose = pose
-        self._world.set_pose(self.robot_id, pose)
 
     def _result(self, command: Command, target: str, **extra: Any) -> dict[str, Any]:
         return result_body(self.robot_id, command, target, self.pose(), **extra)
