@@ -65,8 +65,15 @@ class JointReading:
     received_at: float
 
 
+class GazeboLinkError(RuntimeError):
+    """Gazebo could not be told (nothing listens on the topic: is the bridge running?)."""
+
+
 class GazeboLink(Protocol):
-    """What the backend needs from Gazebo: one robot's actuators and sensors."""
+    """What the backend needs from Gazebo: one robot's actuators and sensors.
+
+    ``attach``/``detach`` raise GazeboLinkError when the request cannot be delivered.
+    """
 
     def send_velocity(self, linear_m_s: float, angular_rad_s: float) -> None: ...
 
@@ -215,10 +222,14 @@ class GazeboRobot(SimulatedRobot):
             self._tick()
 
     def _hold(self, action: WorldActionName, item: str) -> None:
-        if action == "pick":
-            self._link.attach(item)
-        elif action == "place":
-            self._link.detach(item)
+        try:
+            if action == "pick":
+                self._link.attach(item)
+            elif action == "place":
+                self._link.detach(item)
+        except GazeboLinkError as error:
+            # The world already moved the item: final, and the status check tells the tale.
+            raise ExecutionFailed(f"{action} of {item!r} not done in Gazebo: {error}") from None
 
     # --- helpers --------------------------------------------------------------------------
     def _fresh_fix(self) -> Pose | None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
+from fleet_idempotency.sim.world import WorldConfig
+
 ROBOT_NAMESPACE: Final = "/fleet"
 WORLD_NAME: Final = "fleet_warehouse"
 
@@ -37,6 +39,19 @@ def topic_token(name: str) -> str:
     ):
         raise ValueError(f"{name!r} cannot be used in a topic name")
     return encoded
+
+
+def carryable_items(config: WorldConfig, robot_type: str) -> list[str]:
+    """Items a robot of this type can ever hold: forklifts move pallets, arms station items.
+
+    Items are conserved and stay within their kind of slot, so the items at the start are
+    all there will ever be; each gets its own attach/detach pair (Gazebo's DetachableJoint
+    names its child model in the SDF).
+    """
+    kind = {"forklift": "pallet", "arm": "station"}.get(robot_type)
+    return sorted(
+        slot.item for slot in config.slots.values() if slot.kind == kind and slot.item is not None
+    )
 
 
 def robot_namespace(robot_id: str) -> str:

@@ -31,10 +31,10 @@ from fleet_idempotency.sim.gazebo_names import ARM_REACH_JOINT, ARM_YAW_JOINT
 from fleet_idempotency.sim.world import Point, Pose, Slot, World, WorldConfig
 from fleet_idempotency.sim.world_link import LocalWorldLink
 
-from support.kinematic_body import BlindBody, FrozenOdometryBody, KinematicBody
+from support.kinematic_body import FAST_MOTION, BlindBody, FrozenOdometryBody, KinematicBody
 
 # Faster than the real robots so that each real-time move takes about a second.
-FAST = MotionSettings(max_linear_m_s=4.0, max_angular_rad_s=4.0, angular_gain=5.0, linear_gain=4.0)
+FAST = FAST_MOTION
 GEOMETRY = WorldConfig(
     waypoints={"W1": Point(x=3.0, y=1.0), "BEHIND": Point(x=-2.0, y=0.0)},
     docks={"D1": Point(x=0.0, y=2.0)},

@@ -13,10 +13,14 @@ import math
 import threading
 import time
 
-from fleet_idempotency.robots.gazebo_control import JointReading, PoseReading
+from fleet_idempotency.robots.gazebo_control import JointReading, MotionSettings, PoseReading
 from fleet_idempotency.sim.world import Pose
 
 JOINT_SPEED = 2.0  # rad/s or m/s
+# Faster than the real robots, so that each real-time move in a test takes about a second.
+FAST_MOTION = MotionSettings(
+    max_linear_m_s=4.0, max_angular_rad_s=4.0, angular_gain=5.0, linear_gain=4.0
+)
 
 
 class KinematicBody:
