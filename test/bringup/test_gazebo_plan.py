@@ -177,3 +177,20 @@ def test_the_gazebo_launch_file_takes_everything_from_the_plan() -> None:
         and isinstance(node.args[0], ast.Constant)
     }
     assert arguments == {"fleet", "world", "headless", "store_dir"}
+
+
+def test_the_launch_actions_build_where_launch_ros_and_ros_gz_are_installed(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("launch_ros", reason="launch_ros is not installed here (full ROS 2)")
+    packages = pytest.importorskip("ament_index_python.packages")
+    try:
+        packages.get_package_share_directory("ros_gz_sim")
+    except packages.PackageNotFoundError:
+        pytest.skip("ros_gz_sim is not installed here (needs ros_gz)")
+    from fleet_idempotency.bringup.gazebo_launch import gazebo_actions
+
+    plan = plan_in(tmp_path, headless=True)
+    actions = gazebo_actions(plan)
+    # gz sim, the first step, one handler per later step, then every node of the plan.
+    assert len(actions) == 1 + 1 + (len(plan.steps) - 1) + len(plan.nodes)
