@@ -7,11 +7,13 @@ No ROS imports: the agent, the orchestrator and the tools share these rules.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from fleet_idempotency.store.errors import InvalidRequest
+from fleet_idempotency.store.fingerprint import parse_json
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 
@@ -88,11 +90,15 @@ PAYLOAD_MODELS: Final[dict[str, type[_Payload]]] = {
 
 
 def parse_json_object(payload_json: str, field: str = "payload_json") -> dict[str, Any]:
-    """Parse a JSON object, rejecting anything else with a message naming the problem."""
+    """Parse a JSON object, rejecting anything else with a message naming the problem.
+
+    Nesting is bounded before decoding (``MAX_JSON_DEPTH``) and NaN/Infinity refused, by
+    the same rules as the store's, so a payload the store would refuse is refused here.
+    """
     try:
-        value = json.loads(payload_json)
-    except (json.JSONDecodeError, TypeError) as error:
-        raise InvalidCommand(field, f"not valid JSON ({error})") from None
+        value = parse_json(field, payload_json)
+    except InvalidRequest as invalid:
+        raise InvalidCommand(field, invalid.reason) from None
     if not isinstance(value, dict):
         raise InvalidCommand(field, f"must be a JSON object, got {type(value).__name__}")
     return value

@@ -43,6 +43,9 @@ class Delivery:
     payload_json: str
     payload_sha256: str = ""
     attempt: int = 1
+    # The orchestrator's HMAC over the command (auth/signing.py); empty when unsigned.
+    auth_key_id: str = ""
+    auth_tag: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Bring up a simulated fleet: world simulator, orchestrator and one agent per robot.
 
     ros2 launch fleet_idempotency fleet.launch.py [fleet:=my_fleet.yaml]
-        [store_dir:=~/.ros/fleet_idempotency] [speed:=20]
+        [store_dir:=~/.ros/fleet_idempotency] [speed:=20] [keyring_dir:=~/.ros/fleet_keys]
 
 ``speed`` is a speed-up of simulated time (20: twenty times faster than real time);
 empty keeps the fleet file's ``simulation.time_scale``. The node list comes from
@@ -16,7 +16,7 @@ from launch.substitutions import LaunchConfiguration
 
 from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.launch_nodes import launch_nodes
-from fleet_idempotency.bringup.plan import launch_plan, time_scale_for_speed
+from fleet_idempotency.bringup.plan import launch_plan, optional_path, time_scale_for_speed
 from fleet_idempotency.bringup.resources import default_fleet_file
 
 
@@ -29,6 +29,7 @@ def _nodes(context: LaunchContext) -> list[Action]:
         fleet_file=fleet_file,
         store_dir=store_dir,
         time_scale=time_scale_for_speed(speed),
+        keyring_dir=optional_path(LaunchConfiguration("keyring_dir").perform(context)),
     )
     return launch_nodes(plan)
 
@@ -50,6 +51,11 @@ def generate_launch_description() -> LaunchDescription:
                 "speed",
                 default_value="",
                 description="simulated-time speed-up; empty: the fleet file's",
+            ),
+            DeclareLaunchArgument(
+                "keyring_dir",
+                default_value="",
+                description="keyrings from `fleet-idem keys init`; empty: commands unsigned",
             ),
             OpaqueFunction(function=_nodes),
         ]

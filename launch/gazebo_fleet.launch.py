@@ -2,6 +2,7 @@
 
     ros2 launch fleet_idempotency gazebo_fleet.launch.py [fleet:=my_fleet.yaml]
         [world:=my_world.sdf] [headless:=true] [store_dir:=~/.ros/fleet_idempotency]
+        [keyring_dir:=~/.ros/fleet_keys]
 
 The world (slots, stations, docks, items) and the robot models are generated from the
 fleet file, the same description ``fleet.launch.py`` uses; ``world`` replaces the
@@ -20,6 +21,7 @@ from launch.substitutions import LaunchConfiguration
 from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.gazebo_launch import gazebo_actions
 from fleet_idempotency.bringup.gazebo_plan import gazebo_plan, write_files
+from fleet_idempotency.bringup.plan import optional_path
 from fleet_idempotency.bringup.resources import default_fleet_file
 
 
@@ -34,6 +36,7 @@ def _fleet_in_gazebo(context: LaunchContext) -> list[Action]:
         output_dir=store_dir / "gazebo",
         headless=LaunchConfiguration("headless").perform(context).lower() in ("true", "1"),
         world_file=Path(world).expanduser() if world else None,
+        keyring_dir=optional_path(LaunchConfiguration("keyring_dir").perform(context)),
     )
     write_files(plan)
     return gazebo_actions(plan)
@@ -59,6 +62,11 @@ def generate_launch_description() -> LaunchDescription:
                 "store_dir",
                 default_value="~/.ros/fleet_idempotency",
                 description="key stores, and the generated world, models and bridge file",
+            ),
+            DeclareLaunchArgument(
+                "keyring_dir",
+                default_value="",
+                description="keyrings from `fleet-idem keys init`; empty: commands unsigned",
             ),
             OpaqueFunction(function=_fleet_in_gazebo),
         ]

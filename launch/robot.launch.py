@@ -15,7 +15,7 @@ from launch.substitutions import LaunchConfiguration
 
 from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.launch_nodes import launch_nodes
-from fleet_idempotency.bringup.plan import launch_plan, time_scale_for_speed
+from fleet_idempotency.bringup.plan import launch_plan, optional_path, time_scale_for_speed
 from fleet_idempotency.bringup.resources import default_fleet_file
 
 
@@ -29,6 +29,7 @@ def _agent(context: LaunchContext) -> list[Action]:
         robots=[LaunchConfiguration("robot_id").perform(context)],
         with_orchestrator=False,
         with_world=False,
+        keyring_dir=optional_path(LaunchConfiguration("keyring_dir").perform(context)),
     )
     return launch_nodes(plan)
 
@@ -40,6 +41,8 @@ def generate_launch_description() -> LaunchDescription:
             DeclareLaunchArgument("fleet", default_value=str(default_fleet_file())),
             DeclareLaunchArgument("store_dir", default_value="~/.ros/fleet_idempotency"),
             DeclareLaunchArgument("speed", default_value="1"),
+            # The robot's own keyring <keyring_dir>/<robot_id>.json; empty: unsigned accepted.
+            DeclareLaunchArgument("keyring_dir", default_value=""),
             OpaqueFunction(function=_agent),
         ]
     )

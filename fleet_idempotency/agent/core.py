@@ -18,10 +18,12 @@ from collections import Counter
 from collections.abc import Callable
 
 from fleet_idempotency.agent.dedup_window import RecentDeliveries
+from fleet_idempotency.auth import CommandVerifier, Verdict
 from fleet_idempotency.commands import InvalidCommand, parse_payload, validate_command
 from fleet_idempotency.protocol import (
     BAD_REQUEST,
     BUSY,
+    INTERNAL,
     STORE_FULL,
     Answer,
     Delivery,
@@ -38,6 +40,7 @@ from fleet_idempotency.store import (
     InvalidRequest,
     Record,
     State,
+    StoreError,
     StoreFull,
     validate_key,
 )
@@ -58,6 +61,7 @@ class AgentCore:
         logger: Logger,
         on_load_change: Callable[[], None] | None = None,
         dedup_window: RecentDeliveries | None = None,
+        verifier: CommandVerifier | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
@@ -68,6 +72,8 @@ class AgentCore:
         self._publish = publish
         self._log = logger
         self._dedup = dedup_window
+        # None: an unauthenticated fleet (every command accepted, as before keyrings).
+        self.verifier = verifier
         self.counters: Counter[str] = Counter()
         self._executor = Executor(
             backend=backend,
@@ -118,6 +124,21 @@ class AgentCore:
     # --- deliveries -----------------------------------------------------------------------
     def submit(self, delivery: Delivery) -> Answer | None:
         """Handle one delivery; publish and return the immediate answer (None: dropped)."""
+        if self.verifier is not None:
+            verdict = self.verifier.verify(delivery, delivery.auth_key_id, delivery.auth_tag)
+            if verdict is not Verdict.AUTHENTIC:
+                # Before the dedup window, so a forgery cannot shadow the real command, and
+                # answered nowhere: a forger learns nothing, not even that we listen.
+                self.counters["auth_rejected"] += 1
+                self.counters[f"auth_rejected_{verdict.name.lower()}"] += 1
+                if self.counters["auth_rejected"] in (1, 10, 100) or not (
+                    self.counters["auth_rejected"] % 1000
+                ):
+                    self._log.warning(
+                        f"dropped an unauthenticated command ({verdict.value}); "
+                        f"{self.counters['auth_rejected']} so far"
+                    )
+                return None
         if self._dedup is not None and self._dedup.is_repeat(
             (delivery.key, delivery.attempt, delivery.payload_json, delivery.command_type)
         ):
@@ -158,6 +179,10 @@ class AgentCore:
             return Answer.rejected(delivery, BAD_REQUEST, str(invalid))
         except StoreFull as full:
             return Answer.rejected(delivery, STORE_FULL, str(full))
+        except StoreError as error:
+            # Nothing was claimed, so nothing runs: refused, and the sender is told why.
+            self.counters["store_errors"] += 1
+            return Answer.rejected(delivery, INTERNAL, f"{self.robot_id}'s store failed: {error}")
         if isinstance(outcome, Claimed):
             self._executor.enqueue(Work(command, delivery))
         return answer_for_outcome(delivery, outcome)

@@ -114,18 +114,28 @@ class Executor:
             with self._lock:
                 self._current_key = work.command.key
             self._on_load_change()
+            answer: Answer | None = None
             try:
                 answer = self._execute(work)
             except ExecutionAborted:
                 self._log.info(f"{work.command.key!r} left IN_PROGRESS at shutdown for recovery")
                 return
+            except Exception as error:
+                # The worker must outlive any one command: the claim stays in the store as it
+                # is (IN_PROGRESS answers 409 to duplicates; recovery resolves it by policy).
+                self._counters["executor_errors"] += 1
+                self._log.error(f"{work.command.key!r}: unexpected {error!r}; worker continues")
             finally:
                 with self._lock:
                     self._queue_depth -= 1
                     self._current_key = ""
-            if answer is not None:
-                self._publish(answer)
-            self._on_load_change()
+            try:
+                if answer is not None:
+                    self._publish(answer)
+                self._on_load_change()
+            except Exception as error:  # e.g. publishing while the node shuts down
+                self._counters["publish_errors"] += 1
+                self._log.error(f"could not publish the answer for {work.command.key!r}: {error!r}")
 
     def _execute(self, work: Work) -> Answer | None:
         command, delivery = work.command, work.delivery

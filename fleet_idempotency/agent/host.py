@@ -30,6 +30,7 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--robots", default="", help="comma-separated ids (default: all)")
     parser.add_argument("--time-scale", type=float, default=None)
     parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--keyring-dir", type=Path, default=None, help="see bringup/keys.py")
     return parser.parse_args(argv)
 
 
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> None:
                 store_dir=options.store_dir,
                 time_scale=options.time_scale,
                 robot_index=index,
+                keyring_dir=options.keyring_dir,
             )
             overrides = [Parameter(name, value=value) for name, value in spec.parameters.items()]
             agents.append(AgentDriver(namespace=spec.namespace, parameter_overrides=overrides))

@@ -21,15 +21,18 @@ from rclpy.node import Node
 
 from fleet_idempotency.agent.core import AgentCore
 from fleet_idempotency.agent.dedup_window import RecentDeliveries
+from fleet_idempotency.auth import CommandVerifier, KeyringError, RobotKeyring, WatchedKeyring
 from fleet_idempotency.commands import COMMAND_TYPES
 from fleet_idempotency.msg import CommandResult, FleetCommand, RobotStatus
 from fleet_idempotency.protocol import Answer
 from fleet_idempotency.robots.factory import make_backend
 from fleet_idempotency.ros.convert import (
     answer_to_msg,
+    check_key_failed,
     delivery_from_msg,
     fill_check_key_response,
 )
+from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import run_nodes
 from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
 from fleet_idempotency.sim.world_link_ros import RosWorldLink
@@ -47,6 +50,7 @@ class AgentDriver(Node):
         self._world = RosWorldLink(self.context, self.robot_id, timeout_s=p["world_timeout_s"])
         self._world.wait_until_ready(p["world_timeout_s"])
         backend = make_backend(self, self._world, p)
+        self._keyring = self._open_keyring(p["auth_keyring"])
         self.store = IdempotencyStore.open(self._store_config(p))
         self._results = self.create_publisher(CommandResult, p["results_topic"], RELIABLE_TOPIC_QOS)
         # Answers found by crash recovery are held until someone listens: published at
@@ -61,29 +65,46 @@ class AgentDriver(Node):
             logger=self.get_logger(),
             on_load_change=self._publish_status,
             dedup_window=RecentDeliveries() if p["transport_dedup"] else None,
+            verifier=CommandVerifier(self._keyring.keyring) if self._keyring else None,
         )
+        guard = CallbackGuard(self.get_logger(), self.core.counters)
         # Commands are handled one at a time (claims serialise anyway); status checks and
         # timers get their own groups so they are answered while a claim is being synced.
         self.create_subscription(
             FleetCommand,
             "commands",
-            self._on_command,
+            guard.topic("commands", self._on_command),
             RELIABLE_TOPIC_QOS,
             callback_group=MutuallyExclusiveCallbackGroup(),
         )
         self.create_service(
             CheckKey,
             "check_key",
-            self._on_check_key,
+            guard.service("check_key", self._on_check_key, check_key_failed),
             qos_profile=SERVICE_QOS,
             callback_group=MutuallyExclusiveCallbackGroup(),
         )
         timers = MutuallyExclusiveCallbackGroup()
-        self.create_timer(p["status_period_s"], self._publish_status, callback_group=timers)
-        self.create_timer(p["gc_period_s"], self._collect_garbage, callback_group=timers)
+        self.create_timer(
+            p["status_period_s"], guard.timer("status", self._publish_status), callback_group=timers
+        )
+        self.create_timer(
+            p["gc_period_s"], guard.timer("gc", self._collect_garbage), callback_group=timers
+        )
+        if self._keyring is not None:
+            self.create_timer(
+                p["auth_reload_period_s"],
+                guard.timer("auth_reload", self._reload_keyring),
+                callback_group=timers,
+            )
+        else:
+            self.get_logger().warning(
+                "no auth_keyring: commands are not authenticated, any DDS participant on "
+                "this domain can command this robot"
+            )
         self.core.start()
         self._announce_timer = self.create_timer(
-            0.2, self._announce_recovered, callback_group=timers
+            0.2, guard.timer("announce_recovered", self._announce_recovered), callback_group=timers
         )
         self._announce_deadline = self.get_clock().now().nanoseconds + 30 * 10**9
         self.get_logger().info(
@@ -118,6 +139,10 @@ class AgentDriver(Node):
             # as a lossy link would. Seeded for reproducible runs (0: random seed).
             "result_drop_probability": 0.0,
             "seed": 0,
+            # This robot's keyring (auth/keyring.py): only commands signed with one of its
+            # keys are executed. Empty: unauthenticated (development, single-user machines).
+            "auth_keyring": "",
+            "auth_reload_period_s": 5.0,
         }
         values = {
             name: self.declare_parameter(name, default).value for name, default in defaults.items()
@@ -133,6 +158,27 @@ class AgentDriver(Node):
                 "resume" if command_type == "move_to_waypoint" else "",
             ).value
         return values
+
+    def _open_keyring(self, path: str) -> WatchedKeyring[RobotKeyring] | None:
+        if not path:
+            return None
+        watched = WatchedKeyring(Path(path).expanduser(), RobotKeyring)
+        if watched.keyring.robot_id != self.robot_id:
+            raise KeyringError(
+                f"keyring {path} belongs to {watched.keyring.robot_id!r}, not {self.robot_id!r}"
+            )
+        return watched
+
+    def _reload_keyring(self) -> None:
+        assert self._keyring is not None
+        try:
+            keyring = self._keyring.refresh()
+        except KeyringError as error:
+            self.get_logger().error(f"{error}; keeping the keys in force")
+            return
+        if keyring is not None and keyring.robot_id == self.robot_id:
+            self.core.verifier = CommandVerifier(keyring)
+            self.get_logger().info(f"keyring reloaded: keys {sorted(keyring.keys)}")
 
     def _store_config(self, p: dict[str, Any]) -> StoreConfig:
         retention = {

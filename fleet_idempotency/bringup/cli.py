@@ -24,8 +24,10 @@ from types import FrameType
 
 import rclpy
 
+from fleet_idempotency.auth import FleetKeyring, KeyringError
 from fleet_idempotency.bringup.demo import Demo, DemoOptions
 from fleet_idempotency.bringup.fleet_config import FleetConfigError, load_fleet
+from fleet_idempotency.bringup.keys import fleet_keyring_path, provision, update
 from fleet_idempotency.bringup.plan import launch_plan, time_scale_for_speed
 from fleet_idempotency.bringup.processes import FleetProcesses
 from fleet_idempotency.bringup.resources import default_fleet_file
@@ -99,6 +101,21 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser("up", help="start a fleet and keep it running until Ctrl-C")
     _fleet_argument(up)
     up.add_argument("--host-agents", action="store_true")
+    up.add_argument(
+        "--no-auth", action="store_true", help="do not sign commands (robots accept any sender)"
+    )
+
+    keys = commands.add_parser("keys", help="create and rotate the fleet's command keyrings")
+    keys.add_argument("action", choices=["init", "add", "activate", "retire", "show"])
+    keys.add_argument("--dir", type=Path, required=True, help="keyring directory")
+    keys.add_argument("--id", default=None, help="key id (add, activate, retire)")
+    keys.add_argument("--activate", action="store_true", help="with add: sign with it at once")
+    keys.add_argument(
+        "--fleet",
+        type=Path,
+        default=None,
+        help="fleet description YAML (default: the package's config/fleet.yaml)",
+    )
 
     submit = commands.add_parser("submit", help="submit one command through the orchestrator")
     submit.add_argument("--client", default="cli")
@@ -137,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if options.command == "demo":
             return _demo(options)
+        if options.command == "keys":
+            return _keys(options)
         if options.command == "up":
             return _up(options)
         return _client_command(options)
@@ -176,19 +195,39 @@ def _up(options: argparse.Namespace) -> int:
     fleet = load_fleet(fleet_file)
     store_dir = options.store_dir or Path(tempfile.mkdtemp(prefix="fleet-idem-up-"))
     with lease_domain_id() as domain_id:
-        processes = FleetProcesses(store_dir / "logs", isolated_environment(domain_id))
+        processes = FleetProcesses(
+            store_dir / "logs",
+            isolated_environment(domain_id),
+            on_restart=lambda restart: print(
+                f"supervisor: {restart.name} exited (code {restart.exit_code}); restarted "
+                f"after {restart.delay_s:.1f} s (restart #{restart.count}); its log: "
+                f"{store_dir / 'logs' / (restart.name + '.log')}",
+                flush=True,
+            ),
+        )
         try:
+            keyring_dir = None if options.no_auth else store_dir / "keys"
+            if keyring_dir is not None:
+                provision(fleet, keyring_dir)
             plan = launch_plan(
                 fleet,
                 fleet_file=Path(fleet_file),
                 store_dir=store_dir,
                 time_scale=time_scale_for_speed(options.speed),
+                keyring_dir=keyring_dir,
             )
             processes.start_plan(
                 plan,
                 fleet_file=Path(fleet_file),
                 store_dir=store_dir,
                 host_agents=options.host_agents,
+                keyring_dir=keyring_dir,
+            )
+            print(
+                f"commands authenticated with keyrings in {keyring_dir} (rotate with "
+                f"`fleet-idem keys add --dir {keyring_dir}`)"
+                if keyring_dir is not None
+                else "commands NOT authenticated (--no-auth): any DDS participant may command"
             )
             print(
                 f"fleet up: {len(fleet.robots)} robots ({', '.join(r.id for r in fleet.robots)})"
@@ -202,6 +241,35 @@ def _up(options: argparse.Namespace) -> int:
             threading.Event().wait()  # until Ctrl-C or SIGTERM
         finally:
             processes.stop_all()
+    return 0
+
+
+def _keys(options: argparse.Namespace) -> int:
+    """Rotation: ``add`` (robots learn the new key), ``activate`` (the orchestrator signs with
+    it), ``retire`` the old one. Running nodes re-read their keyring within seconds."""
+    fleet = load_fleet(options.fleet or default_fleet_file())
+    directory: Path = options.dir
+    try:
+        if options.action == "init":
+            keyring = provision(fleet, directory)
+        else:
+            keyring = FleetKeyring.load(fleet_keyring_path(directory))
+            if options.action != "show" and not options.id:
+                raise KeyringError(f"keys {options.action} needs --id")
+            if options.action == "add":
+                keyring = keyring.add(options.id, activate=options.activate)
+            elif options.action == "activate":
+                keyring = keyring.activate(options.id)
+            elif options.action == "retire":
+                keyring = keyring.retire(options.id)
+            if options.action != "show":
+                update(fleet, directory, keyring)
+    except KeyringError as error:
+        print(f"fleet-idem keys: {error}", file=sys.stderr)
+        return 2
+    print(
+        json.dumps({"dir": str(directory), "keys": sorted(keyring.keys), "active": keyring.active})
+    )
     return 0
 
 

@@ -29,8 +29,9 @@ import yaml
 from fleet_idempotency.bringup.audit import audit_orchestrator
 from fleet_idempotency.bringup.faults import CrashInjector, MisbehavingClient, crash_schedule
 from fleet_idempotency.bringup.fleet_config import FaultSettings, FleetConfig, load_fleet
+from fleet_idempotency.bringup.keys import provision
 from fleet_idempotency.bringup.plan import launch_plan
-from fleet_idempotency.bringup.processes import FleetProcesses
+from fleet_idempotency.bringup.processes import FleetProcesses, Restart
 from fleet_idempotency.bringup.report import RunFigures, check_invariants, render
 from fleet_idempotency.orchestrator.core import robot_key
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
@@ -121,16 +122,28 @@ class Demo:
             f"{self.store_dir}"
         )
         with lease_domain_id() as domain_id:
-            processes = FleetProcesses(self.store_dir / "logs", isolated_environment(domain_id))
+            processes = FleetProcesses(
+                self.store_dir / "logs",
+                isolated_environment(domain_id),
+                on_restart=self._restarted,
+            )
             context = rclpy.Context()
             rclpy.init(context=context, domain_id=domain_id)
             client: FleetClient | None = None
             try:
+                keyring_dir = self.store_dir / "keys"
+                provision(fleet, keyring_dir)
                 processes.start_plan(
-                    launch_plan(fleet, fleet_file=fleet_file, store_dir=self.store_dir),
+                    launch_plan(
+                        fleet,
+                        fleet_file=fleet_file,
+                        store_dir=self.store_dir,
+                        keyring_dir=keyring_dir,
+                    ),
                     fleet_file=fleet_file,
                     store_dir=self.store_dir,
                     host_agents=self.options.host_agents,
+                    keyring_dir=keyring_dir,
                 )
                 client = FleetClient(context, "demo_client")
                 self._watch(client, fleet)
@@ -166,6 +179,14 @@ class Demo:
         ):
             shutil.rmtree(self.store_dir, ignore_errors=True)
         return 0 if all(inv.ok for inv in invariants) else 1
+
+    def _restarted(self, restart: Restart) -> None:
+        with self._lock:
+            self.figures.restarts[restart.name] += 1
+        self.out(
+            f"  !! supervisor restarted {restart.name} (exit code {restart.exit_code}, "
+            f"restart #{restart.count}, after {restart.delay_s:.1f} s)"
+        )
 
     def _watch(self, client: FleetClient, fleet: FleetConfig) -> None:
         def on_result(result: Any) -> None:

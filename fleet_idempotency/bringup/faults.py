@@ -20,6 +20,7 @@ from fleet_idempotency.bringup.report import RunFigures
 from fleet_idempotency.ros.fleet_client import FleetClient
 from fleet_idempotency.sim.mission import PlannedCommand
 
+RESTART_TIMEOUT_S = 60.0
 ORCHESTRATOR = "orchestrator"
 ROBOT = "robot"
 
@@ -76,6 +77,7 @@ class CrashInjector:
                 if self._stop.wait(0.05):
                     return
             name = self._victim(crash.target)
+            restarts_before = self._processes.restart_count(name)
             self._out(f"  !! kill -9 {name}")
             self._processes.crash(name)
             with self._lock:
@@ -83,9 +85,11 @@ class CrashInjector:
                     self._figures.orchestrator_crashes += 1
                 else:
                     self._figures.robot_crashes += 1
-            self._stop.wait(0.5)
-            self._processes.restart(name)
-            self._out(f"  !! restarted {name}")
+            # Bringing it back is the supervisor's job, as it would be after a real crash:
+            # the next crash waits until it did, so two never overlap on one process.
+            if not self._processes.wait_restarted(name, restarts_before + 1, RESTART_TIMEOUT_S):
+                self._out(f"  !! {name} was not restarted within {RESTART_TIMEOUT_S:.0f} s")
+                return
 
     def _victim(self, target: str) -> str:
         if target == ORCHESTRATOR:

@@ -191,6 +191,7 @@ def gazebo_plan(
     headless: bool = False,
     world_file: Path | None = None,
     time_scale: float | None = None,
+    keyring_dir: Path | None = None,
 ) -> GazeboPlan:
     """The Gazebo fleet for this description; ``world_file`` replaces the generated world
     (it must hold the fleet's items as ``item_<name>`` models for the grips to work)."""
@@ -216,7 +217,11 @@ def gazebo_plan(
     fleet_nodes = [
         _on_gazebo(spec) if spec.executable == "agent_driver" else spec
         for spec in launch_plan(
-            fleet, fleet_file=fleet_file, store_dir=store_dir, time_scale=time_scale
+            fleet,
+            fleet_file=fleet_file,
+            store_dir=store_dir,
+            time_scale=time_scale,
+            keyring_dir=keyring_dir,
         )
     ]
     return GazeboPlan(

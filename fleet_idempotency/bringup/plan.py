@@ -59,6 +59,7 @@ def agent_node(
     store_dir: Path,
     time_scale: float | None = None,
     robot_index: int = 0,
+    keyring_dir: Path | None = None,
 ) -> NodeSpec:
     retention = fleet.retention
     parameters: dict[str, ParameterValue] = {
@@ -77,6 +78,8 @@ def agent_node(
         # Distinct per robot, reproducible per fleet file; 0 keeps "random".
         "seed": fleet.faults.seed + robot_index if fleet.faults.seed else 0,
     }
+    if keyring_dir is not None:
+        parameters["auth_keyring"] = str(keyring_dir / f"{robot.id}.json")
     for command_type, seconds in retention.retention_s_by_type.items():
         parameters[f"retention_s_by_type.{command_type}"] = seconds
     for command_type, policy in retention.recovery_policy_by_type.items():
@@ -93,8 +96,13 @@ def launch_plan(
     robots: list[str] | None = None,
     with_orchestrator: bool = True,
     with_world: bool = True,
+    keyring_dir: Path | None = None,
 ) -> list[NodeSpec]:
-    """Every node of the fleet: world simulator, orchestrator, one agent per robot."""
+    """Every node of the fleet: world simulator, orchestrator, one agent per robot.
+
+    With ``keyring_dir`` (see ``bringup/keys.py``), the orchestrator signs every command
+    and each robot executes only signed ones.
+    """
     chosen = [r for r in fleet.robots if robots is None or r.id in robots]
     unknown = sorted(set(robots or []) - {r.id for r in fleet.robots})
     if unknown:
@@ -122,12 +130,24 @@ def launch_plan(
                     "duplicate_delivery_probability": fleet.faults.duplicate_delivery_probability,
                     "reorder_delivery_probability": fleet.faults.reorder_delivery_probability,
                     "seed": fleet.faults.seed,
+                    **(
+                        {"auth_keyring": str(keyring_dir / "fleet.json")}
+                        if keyring_dir is not None
+                        else {}
+                    ),
                 },
             )
         )
     for index, robot in enumerate(chosen):
         plan.append(
-            agent_node(fleet, robot, store_dir=store_dir, time_scale=time_scale, robot_index=index)
+            agent_node(
+                fleet,
+                robot,
+                store_dir=store_dir,
+                time_scale=time_scale,
+                robot_index=index,
+                keyring_dir=keyring_dir,
+            )
         )
     return plan
 
@@ -135,6 +155,34 @@ def launch_plan(
 def parameters_as_launch(spec: NodeSpec) -> list[dict[str, Any]]:
     """Parameters in the shape ``launch_ros.actions.Node(parameters=...)`` takes."""
     return [dict(spec.parameters)]
+
+
+# As in ``fleet-idem``'s supervisor: a node that dies is started again. A moment's delay
+# lets the dead participant leave the DDS graph and keeps a crash loop from spinning.
+RESPAWN_DELAY_S = 2.0
+
+
+def launch_node_arguments(spec: NodeSpec) -> dict[str, Any]:
+    """The keyword arguments of ``launch_ros.actions.Node`` for one node of the plan.
+
+    No ``name=``: launch_ros turns it into a process-wide ``__node`` remap that would give
+    the helper nodes of an agent or the orchestrator the same name; each node class
+    already carries its conventional name.
+    """
+    return {
+        "package": spec.package,
+        "executable": spec.executable,
+        "namespace": spec.namespace,
+        "parameters": parameters_as_launch(spec),
+        "output": "screen",
+        "respawn": True,
+        "respawn_delay": RESPAWN_DELAY_S,
+    }
+
+
+def optional_path(text: str) -> Path | None:
+    """A launch argument naming a directory; '' means "not given"."""
+    return Path(text).expanduser() if text.strip() else None
 
 
 def time_scale_for_speed(speed: str | float | None) -> float | None:

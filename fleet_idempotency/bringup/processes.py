@@ -1,8 +1,15 @@
-"""Start, crash, restart and stop the fleet's processes without ``ros2 launch``.
+"""Start, supervise, crash and stop the fleet's processes without ``ros2 launch``.
 
 Every child gets its own session, so a kill -9 hits exactly one node (and whatever it
 spawned), and ``stop_all`` leaves nothing behind even when the caller is interrupted.
-No ROS imports.
+Each child also holds the read end of a pipe only this process writes to
+(``ros/parent_watch.py``): if this process dies, even by SIGKILL, every child sees EOF and
+shuts down, so no node of the fleet outlives ``fleet-idem``.
+
+Supervision is ``ros2 launch``'s ``respawn``: a child that exits while the fleet is up is
+started again after a delay that doubles while it keeps dying young (a crash loop must
+not become a fork bomb) and resets once it has stayed up. One thread per child blocks in
+``wait()``: a death is noticed when it happens, nothing is polled. No ROS imports.
 """
 
 from __future__ import annotations
@@ -13,18 +20,36 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from fleet_idempotency.bringup.plan import NodeSpec
+from fleet_idempotency.ros.parent_watch import PARENT_FD_VARIABLE
+
+RESPAWN_DELAY_S = 1.0
+RESPAWN_DELAY_MAX_S = 30.0
+# A child that stayed up this long was not crash-looping: its next restart is prompt again.
+STABLE_AFTER_S = 30.0
+
+
+@dataclass(frozen=True)
+class Restart:
+    name: str
+    exit_code: int | None
+    count: int  # restarts of this child so far, this one included
+    delay_s: float
 
 
 @dataclass
 class _Child:
     argv: list[str]
     process: subprocess.Popen[bytes]
+    started_at: float
     restarts: int = 0
+    delay_s: float = RESPAWN_DELAY_S
 
 
 def executable(name: str) -> str:
@@ -39,25 +64,57 @@ def executable(name: str) -> str:
 
 
 class FleetProcesses:
-    def __init__(self, log_dir: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        env: dict[str, str],
+        *,
+        respawn: bool = True,
+        respawn_delay_s: float = RESPAWN_DELAY_S,
+        on_restart: Callable[[Restart], None] = lambda _restart: None,
+    ) -> None:
         self.log_dir = log_dir
         self.env = env
+        self.respawn = respawn
+        self.respawn_delay_s = respawn_delay_s
+        self._on_restart = on_restart
         self.children: dict[str, _Child] = {}
+        self.restarts: list[Restart] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._restarted = threading.Condition(self._lock)
+        # Only this process holds the write end; every child inherits the read end.
+        self._watch_read, self._watch_write = os.pipe()
         log_dir.mkdir(parents=True, exist_ok=True)
 
+    # --- starting -------------------------------------------------------------------------
     def start(self, name: str, argv: list[str]) -> None:
+        with self._lock:
+            previous = self.children.get(name)
+            child = _Child(argv, self._spawn(name, argv), time.monotonic())
+            child.delay_s = self.respawn_delay_s
+            if previous is not None:
+                child.restarts, child.delay_s = previous.restarts, previous.delay_s
+            self.children[name] = child
+        if self.respawn:
+            threading.Thread(
+                target=self._supervise, args=(name, child), name=f"supervise-{name}", daemon=True
+            ).start()
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         log = (self.log_dir / f"{name}.log").open("ab")
-        process = subprocess.Popen(
-            argv,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()  # the child holds its own descriptor
-        previous = self.children.get(name)
-        self.children[name] = _Child(argv, process, previous.restarts + 1 if previous else 0)
+        try:
+            return subprocess.Popen(
+                argv,
+                env={**self.env, PARENT_FD_VARIABLE: str(self._watch_read)},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=(self._watch_read,),
+            )
+        finally:
+            log.close()  # the child holds its own descriptor
 
     def start_node(self, spec: NodeSpec, name: str | None = None) -> None:
         self.start(
@@ -65,54 +122,110 @@ class FleetProcesses:
         )
 
     def start_plan(
-        self, plan: list[NodeSpec], *, fleet_file: Path, store_dir: Path, host_agents: bool = False
+        self,
+        plan: list[NodeSpec],
+        *,
+        fleet_file: Path,
+        store_dir: Path,
+        host_agents: bool = False,
+        keyring_dir: Path | None = None,
     ) -> None:
         """Start every node of ``plan``; with ``host_agents``, all agents in one process
-        named "agents" (each still with its own store)."""
+        named "agents" (each still with its own store and keyring)."""
         for spec in plan:
             if not (host_agents and spec.executable == "agent_driver"):
                 self.start_node(spec)
         if host_agents:
-            self.start(
-                "agents",
-                [
-                    executable("agent_host"),
-                    "--fleet",
-                    str(fleet_file),
-                    "--store-dir",
-                    str(store_dir),
-                ],
-            )
+            argv = [executable("agent_host"), "--fleet", str(fleet_file)]
+            argv += ["--store-dir", str(store_dir)]
+            if keyring_dir is not None:
+                argv += ["--keyring-dir", str(keyring_dir)]
+            self.start("agents", argv)
 
+    # --- supervision ----------------------------------------------------------------------
+    def _supervise(self, name: str, child: _Child) -> None:
+        exit_code = child.process.wait()
+        if self._stopping.is_set():
+            return
+        with self._lock:
+            if self.children.get(name) is not child:
+                return  # replaced by an explicit restart meanwhile
+            lived_s = time.monotonic() - child.started_at
+            delay = self.respawn_delay_s if lived_s >= STABLE_AFTER_S else child.delay_s
+        clean_dds_shared_memory()
+        # The delay is what respawn_delay is in ros2 launch: a dead node's DDS participant
+        # lingers in the graph for a moment, and a crash loop must not spin.
+        if self._stopping.wait(delay):
+            return
+        with self._lock:
+            if self._stopping.is_set() or self.children.get(name) is not child:
+                return
+            restarted = _Child(child.argv, self._spawn(name, child.argv), time.monotonic())
+            restarted.restarts = child.restarts + 1
+            restarted.delay_s = min(RESPAWN_DELAY_MAX_S, delay * 2)
+            self.children[name] = restarted
+            restart = Restart(name, exit_code, restarted.restarts, delay)
+            self.restarts.append(restart)
+            self._restarted.notify_all()
+        threading.Thread(
+            target=self._supervise, args=(name, restarted), name=f"supervise-{name}", daemon=True
+        ).start()
+        self._on_restart(restart)
+
+    def wait_restarted(self, name: str, count: int, timeout_s: float) -> bool:
+        """Wait until ``name`` has been restarted ``count`` times in all."""
+        deadline = time.monotonic() + timeout_s
+        with self._restarted:
+            while self.children[name].restarts < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._restarted.wait(remaining)
+            return True
+
+    # --- faults and inspection ------------------------------------------------------------
     def crash(self, name: str) -> None:
-        """kill -9, as a power cut or a segfault would."""
-        child = self.children[name]
+        """kill -9, as a power cut or a segfault would; the supervisor restarts it."""
+        with self._lock:
+            child = self.children[name]
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.process.pid, signal.SIGKILL)
         child.process.wait()
-        clean_dds_shared_memory()
+        if not self.respawn:
+            clean_dds_shared_memory()
 
     def restart(self, name: str) -> None:
+        """Start ``name`` again now (without supervision, the way back after ``crash``)."""
         self.start(name, self.children[name].argv)
 
     def alive(self, name: str) -> bool:
         return self.children[name].process.poll() is None
 
+    def restart_count(self, name: str) -> int:
+        return self.children[name].restarts
+
+    # --- stopping -------------------------------------------------------------------------
     def stop_all(self, timeout_s: float = 10.0) -> dict[str, int | None]:
         """SIGTERM everyone, SIGKILL stragglers; return each child's exit code."""
-        for child in self.children.values():
+        self._stopping.set()
+        with self._lock:
+            children = dict(self.children)
+        for child in children.values():
             if child.process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(child.process.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        for child in self.children.values():
+        for child in children.values():
             try:
                 child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(child.process.pid, signal.SIGKILL)
                 child.process.wait()
-        return {name: child.process.returncode for name, child in self.children.items()}
+        for fd in (self._watch_read, self._watch_write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        return {name: child.process.returncode for name, child in children.items()}
 
     def log_tail(self, name: str, lines: int = 20) -> str:
         path = self.log_dir / f"{name}.log"

@@ -36,6 +36,9 @@ class RunFigures:
     mismatches_rejected: int = 0
     robot_crashes: int = 0
     orchestrator_crashes: int = 0
+    # Restarts by the supervisor, by process name: every crash should be one, and any
+    # restart beyond the crashes is a node that died on its own.
+    restarts: Counter[str] = field(default_factory=Counter)
     reconciliations: int = 0
     unexpected: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
@@ -145,6 +148,16 @@ def check_invariants(
             + (f": {figures.unexpected[:3]}" if figures.unexpected else ""),
         ),
     ]
+    crashes = figures.robot_crashes + figures.orchestrator_crashes
+    restarts = sum(figures.restarts.values())
+    invariants.append(
+        Invariant(
+            "every killed process was restarted by the supervisor",
+            restarts >= crashes,
+            f"{restarts} restarts for {crashes} kills"
+            + (f" ({restarts - crashes} exits nobody caused)" if restarts > crashes else ""),
+        )
+    )
     if resends_expected:
         invariants.append(
             Invariant(
@@ -179,6 +192,8 @@ def render(figures: RunFigures, invariants: list[Invariant], world: dict[str, An
         f"faults injected     results dropped, deliveries duplicated and reordered at the "
         f"configured rates; robot crashes {figures.robot_crashes}, orchestrator crashes "
         f"{figures.orchestrator_crashes}, mismatching reuses {figures.mismatches_injected}",
+        "supervisor          restarts "
+        + (", ".join(f"{n} {c}" for n, c in sorted(figures.restarts.items())) or "none"),
         f"reconciliations     {figures.reconciliations} (after interrupted or refused pick/place)",
         f"world oracle        {keys_with_effects} keys acted, max side effects per key "
         f"{max_effects}",

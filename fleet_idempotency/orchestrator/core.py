@@ -17,6 +17,8 @@ store writes (fsyncs) happen outside it so that concurrent submits share commits
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 import random
 import re
 import threading
@@ -27,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fleet_idempotency.auth import CommandSigner
 from fleet_idempotency.bringup.fleet_config import FleetConfig
 from fleet_idempotency.commands import InvalidCommand, validate_command
 from fleet_idempotency.events import EventLog, EventType, FleetEventRecord, replay
@@ -72,6 +75,12 @@ from .dispatch import (
 from .journal import Journal, accepted_detail, result_detail
 
 CLIENT_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+# A submit may wait at most this long for its final result; longer waits are the status
+# check's job (and each waiting submit holds resources of the node).
+MAX_WAIT_TIMEOUT_S = 300.0
+# Robots advertise their queue capacity; no real robot queues thousands of commands, and a
+# status claiming so (a bug, or a forged status) would make dispatch flood that robot.
+MAX_ROBOT_CAPACITY = 1024
 
 __all__ = ["OrchestratorCore", "OrchestratorSettings", "SubmitAnswer", "SubmitRequest", "robot_key"]
 
@@ -83,6 +92,8 @@ class SubmitRequest:
     robot_id: str
     command_type: str
     payload_json: str
+    # 0: answer at once (202 when queued); the node waits, but the core validates it.
+    wait_timeout_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -110,8 +121,11 @@ class OrchestratorCore:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        signer: CommandSigner | None = None,
     ) -> None:
         self.settings = settings or OrchestratorSettings()
+        # None: commands go unsigned (robots without a keyring accept them).
+        self.signer = signer
         self.store = store
         self.events = events
         self._wall_clock = wall_clock
@@ -254,6 +268,12 @@ class OrchestratorCore:
     def _validate(self, request: SubmitRequest) -> None:
         if not re.fullmatch(CLIENT_ID_PATTERN, request.client_id):
             raise InvalidCommand("client_id", "must be 1..64 characters of A-Z a-z 0-9 _ . -")
+        wait = request.wait_timeout_s
+        if not (math.isfinite(wait) and 0.0 <= wait <= MAX_WAIT_TIMEOUT_S):
+            raise InvalidCommand(
+                "wait_timeout_sec",
+                f"must be a number of seconds from 0 to {MAX_WAIT_TIMEOUT_S:g}, got {wait!r}",
+            )
         validate_key(request.key)
         robot = self._robots.get(request.robot_id)
         if robot is None:
@@ -320,21 +340,32 @@ class OrchestratorCore:
                     kind, command, {"attempt": command.attempt}, discriminator=str(command.attempt)
                 )
             )
-            deliveries.append(
-                Delivery(
-                    key=command.robot_key,
-                    client_id=command.client_id,
-                    robot_id=command.robot_id,
-                    command_type=command.command_type,
-                    payload_json=command.payload_json,
-                    payload_sha256=command.fingerprint,
-                    attempt=command.attempt,
-                )
+            delivery = Delivery(
+                key=command.robot_key,
+                client_id=command.client_id,
+                robot_id=command.robot_id,
+                command_type=command.command_type,
+                payload_json=command.payload_json,
+                payload_sha256=command.fingerprint,
+                attempt=command.attempt,
             )
+            if self.signer is not None:
+                key_id, tag = self.signer.sign(delivery)
+                delivery = dataclasses.replace(delivery, auth_key_id=key_id, auth_tag=tag)
+            deliveries.append(delivery)
         self._journal.emit(events)  # one durable commit for the whole tick
         return deliveries
 
-    def on_status(self, robot_id: str, queue_depth: int, capacity: int) -> None:
+    def on_status(
+        self, robot_id: str, queue_depth: int, capacity: int, *, heard_on: str | None = None
+    ) -> None:
+        """A robot's load. ``heard_on``: the robot whose status topic carried it."""
+        if heard_on is not None and robot_id != heard_on:
+            self.counters["status_wrong_topic"] += 1
+            return
+        if not (0 < capacity <= MAX_ROBOT_CAPACITY and 0 <= queue_depth <= MAX_ROBOT_CAPACITY):
+            self.counters["status_invalid"] += 1
+            return
         if not self._dispatcher.on_status(robot_id, queue_depth, capacity):
             self.counters["status_unknown_robot"] += 1
 

@@ -20,6 +20,7 @@ from typing import Any
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 
+from fleet_idempotency.auth import CommandSigner, FleetKeyring, KeyringError, WatchedKeyring
 from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.resources import default_fleet_file
 from fleet_idempotency.events import EventLogConfig, FleetEventRecord, LmdbEventLog
@@ -31,12 +32,15 @@ from fleet_idempotency.orchestrator.core import (
     SubmitRequest,
 )
 from fleet_idempotency.orchestrator.robot_links import RobotLinks
-from fleet_idempotency.protocol import CONFLICT, Delivery, KeyStatus
+from fleet_idempotency.protocol import CONFLICT, INTERNAL, Delivery, KeyStatus
 from fleet_idempotency.ros.convert import (
+    InvalidMessage,
     answer_from_msg,
+    check_key_failed,
     epoch_to_time,
     fill_check_key_response,
 )
+from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import run_nodes
 from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
 from fleet_idempotency.srv import CheckKey, SubmitCommand
@@ -76,6 +80,11 @@ class Orchestrator(Node):
         self._rng = random.Random(p["seed"] or None)
         self._reorder_probability = float(p["reorder_delivery_probability"])
         self._held_back: list[Delivery] = []
+        self._keyring = (
+            WatchedKeyring(Path(p["auth_keyring"]).expanduser(), FleetKeyring)
+            if p["auth_keyring"]
+            else None
+        )
         self.core = OrchestratorCore(
             fleet=fleet,
             store=self.store,
@@ -90,24 +99,26 @@ class Orchestrator(Node):
             ),
             on_event=self._publish_event,
             rng=self._rng,
+            signer=CommandSigner(self._keyring.keyring) if self._keyring else None,
         )
         self.core.restore()
         self._wait_slots = threading.BoundedSemaphore(MAX_WAITING_SUBMITS)
 
+        guard = CallbackGuard(self.get_logger(), self.core.counters)
         api = ReentrantCallbackGroup()  # submits may wait for results: many at once
         # A deep request history: with the default depth of 10 a burst of submits from
         # one client loses requests, which the client only notices by its own timeout.
         self.create_service(
             SubmitCommand,
             "/fleet/submit_command",
-            self._on_submit,
+            guard.service("submit_command", self._on_submit, _submit_failed),
             qos_profile=SERVICE_QOS,
             callback_group=api,
         )
         self.create_service(
             CheckKey,
             "/fleet/check_key",
-            self._on_check_key,
+            guard.service("check_key", self._on_check_key, check_key_failed),
             qos_profile=SERVICE_QOS,
             callback_group=api,
         )
@@ -116,6 +127,7 @@ class Orchestrator(Node):
             self.context,
             (spec.id for spec in fleet.robots),
             on_status=self._on_status,
+            guard=guard,
             counters=self.core.counters,
             rng=self._rng,
             duplicate_probability=float(p["duplicate_delivery_probability"]),
@@ -123,13 +135,23 @@ class Orchestrator(Node):
         self.create_subscription(
             CommandResult,
             "/fleet/results",
-            self._on_result,
+            guard.topic("results", self._on_result),
             RELIABLE_TOPIC_QOS,
             callback_group=MutuallyExclusiveCallbackGroup(),
         )
         timers = MutuallyExclusiveCallbackGroup()
-        self.create_timer(p["tick_period_s"], self._tick, callback_group=timers)
-        self.create_timer(p["gc_period_s"], self._collect_garbage, callback_group=timers)
+        self.create_timer(
+            p["tick_period_s"], guard.timer("tick", self._tick), callback_group=timers
+        )
+        self.create_timer(
+            p["gc_period_s"], guard.timer("gc", self._collect_garbage), callback_group=timers
+        )
+        if self._keyring is not None:
+            self.create_timer(
+                p["auth_reload_period_s"],
+                guard.timer("auth_reload", self._reload_keyring),
+                callback_group=timers,
+            )
         self.get_logger().info(
             f"orchestrating {len(fleet.robots)} robots; store {root}; "
             f"restored {self.core.counters['restored']} in-flight commands"
@@ -154,10 +176,25 @@ class Orchestrator(Node):
             "duplicate_delivery_probability": 0.0,
             "reorder_delivery_probability": 0.0,
             "seed": 0,
+            # The fleet keyring (auth/keyring.py): every command is signed with its active
+            # key. Empty: commands go unsigned (robots without a keyring accept them).
+            "auth_keyring": "",
+            "auth_reload_period_s": 5.0,
         }
         return {
             name: self.declare_parameter(name, default).value for name, default in defaults.items()
         }
+
+    def _reload_keyring(self) -> None:
+        assert self._keyring is not None
+        try:
+            keyring = self._keyring.refresh()
+        except (KeyringError, ValueError) as error:
+            self.get_logger().error(f"{error}; keeping the keys in force")
+            return
+        if keyring is not None and keyring.active:
+            self.core.signer = CommandSigner(keyring)
+            self.get_logger().info(f"keyring reloaded: signing with {keyring.active!r}")
 
     # --- API --------------------------------------------------------------------------------
     def _on_submit(
@@ -170,6 +207,7 @@ class Orchestrator(Node):
                 robot_id=request.robot_id,
                 command_type=request.command_type,
                 payload_json=request.payload_json,
+                wait_timeout_s=request.wait_timeout_sec,
             )
         )
         if request.wait_timeout_sec > 0 and answer.status_code in (202, CONFLICT):
@@ -251,10 +289,17 @@ class Orchestrator(Node):
             self._links.send(delivery, stamp)
 
     def _on_result(self, message: CommandResult) -> None:
-        self.core.on_result(answer_from_msg(message))
+        try:
+            answer = answer_from_msg(message)
+        except InvalidMessage:
+            self.core.counters["results_invalid"] += 1
+            return
+        self.core.on_result(answer)
 
-    def _on_status(self, message: RobotStatus) -> None:
-        self.core.on_status(message.robot_id, message.queue_depth, message.capacity)
+    def _on_status(self, message: RobotStatus, heard_on: str) -> None:
+        self.core.on_status(
+            message.robot_id, message.queue_depth, message.capacity, heard_on=heard_on
+        )
 
     def _publish_event(self, event: FleetEventRecord) -> None:
         self._events_pub.publish(
@@ -280,6 +325,17 @@ class Orchestrator(Node):
 
 def _with_message(status: KeyStatus, message: str) -> KeyStatus:
     return replace(status, message=message)
+
+
+def _submit_failed(response: SubmitCommand.Response, message: str) -> SubmitCommand.Response:
+    # Whether the submit was recorded is unknown: the client re-sends (the key makes that
+    # safe) or asks CheckKey.
+    response.state = int(State.UNKNOWN)
+    response.status_code = INTERNAL
+    response.replayed = False
+    response.result_json = ""
+    response.message = f"{message}; re-send the same request or use the status check"
+    return response
 
 
 def _fill_submit_response(

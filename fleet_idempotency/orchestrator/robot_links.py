@@ -11,6 +11,7 @@ executor, and from any thread is safe).
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 from collections import Counter
@@ -24,6 +25,7 @@ from rclpy.node import Node
 from fleet_idempotency.msg import FleetCommand, RobotStatus
 from fleet_idempotency.protocol import Delivery
 from fleet_idempotency.ros.convert import delivery_to_msg
+from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
 from fleet_idempotency.srv import CheckKey
 
@@ -34,7 +36,8 @@ class RobotLinks:
         context: Context,
         robot_ids: Iterable[str],
         *,
-        on_status: Callable[[RobotStatus], None],
+        on_status: Callable[[RobotStatus, str], None],
+        guard: CallbackGuard,
         counters: Counter[str],
         rng: random.Random,
         duplicate_probability: float = 0.0,
@@ -53,8 +56,12 @@ class RobotLinks:
             for robot_id in robot_ids
         }
         for robot_id in robot_ids:
+            # The topic says whose status it is: a status naming another robot is refused.
             self._listening.create_subscription(
-                RobotStatus, f"/fleet/{robot_id}/status", on_status, 10
+                RobotStatus,
+                f"/fleet/{robot_id}/status",
+                guard.topic("robot_status", functools.partial(_heard_on, on_status, robot_id)),
+                10,
             )
         self._publishing = Node(
             "orchestrator_command_links", context=context, start_parameter_services=False
@@ -87,3 +94,9 @@ class RobotLinks:
         self._executor.shutdown(timeout_sec=1.0)
         self._listening.destroy_node()
         self._publishing.destroy_node()
+
+
+def _heard_on(
+    on_status: Callable[[RobotStatus, str], None], robot_id: str, message: RobotStatus
+) -> None:
+    on_status(message, robot_id)

@@ -14,7 +14,8 @@ with the entries ``bringup/gazebo_plan.py`` generates from the same names
 The endpoints live on the agent's own node, in a callback group of their own, so that
 readings keep arriving while the agent's worker thread runs a command. Every control
 decision is in ``gazebo_control.py``; this module only converts messages, and a message
-it cannot read is counted and dropped, never raised into the node.
+it cannot read is counted and dropped (behind the package's callback guard), never
+raised into the node.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,6 +43,7 @@ from fleet_idempotency.robots.gazebo_control import (
     MotionSettings,
     PoseReading,
 )
+from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.sim.gazebo_names import (
     ARM_JOINTS,
     CMD_VEL,
@@ -76,10 +79,15 @@ class RosGazeboLink:
         self._lock = threading.Lock()
         self._odometry: PoseReading | None = None
         self._joints: dict[str, JointReading] = {}
-        self.unreadable_messages = 0
+        self.counters: Counter[str] = Counter()
+        guard = CallbackGuard(node.get_logger(), self.counters)
         self._cmd_vel = node.create_publisher(Twist, CMD_VEL, 10)
         node.create_subscription(
-            Odometry, ODOMETRY, self._on_odometry, qos_profile_sensor_data, callback_group=group
+            Odometry,
+            ODOMETRY,
+            guard.topic("odom", self._on_odometry),
+            qos_profile_sensor_data,
+            callback_group=group,
         )
         self._joint_commands = {
             joint: node.create_publisher(Float64, joint_command(joint), 10) for joint in joints
@@ -88,7 +96,7 @@ class RosGazeboLink:
             node.create_subscription(
                 JointState,
                 JOINT_STATES,
-                self._on_joint_states,
+                guard.topic("joint_states", self._on_joint_states),
                 qos_profile_sensor_data,
                 callback_group=group,
             )
@@ -105,7 +113,7 @@ class RosGazeboLink:
         try:
             reading = PoseReading(pose_from_odometry(message), time.monotonic())
         except (ValidationError, TypeError, ValueError, AttributeError):
-            self.unreadable_messages += 1
+            self.counters["unreadable_messages"] += 1
             return
         with self._lock:
             self._odometry = reading
@@ -118,7 +126,7 @@ class RosGazeboLink:
             if name in self._joint_commands:
                 readings[name] = JointReading(float(position), received_at)
         if not readings:
-            self.unreadable_messages += 1
+            self.counters["unreadable_messages"] += 1
         with self._lock:
             self._joints.update(readings)
 

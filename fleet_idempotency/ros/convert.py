@@ -7,7 +7,7 @@ import math
 from builtin_interfaces.msg import Time
 
 from fleet_idempotency.msg import CommandResult, FleetCommand
-from fleet_idempotency.protocol import Answer, Delivery, KeyStatus
+from fleet_idempotency.protocol import INTERNAL, Answer, Delivery, KeyStatus
 from fleet_idempotency.srv import CheckKey
 from fleet_idempotency.store import State
 
@@ -26,6 +26,8 @@ def delivery_from_msg(message: FleetCommand) -> Delivery:
         payload_json=message.payload_json,
         payload_sha256=message.payload_sha256,
         attempt=message.attempt,
+        auth_key_id=message.auth_key_id,
+        auth_tag=message.auth_tag,
     )
 
 
@@ -39,6 +41,8 @@ def delivery_to_msg(delivery: Delivery, issued_at: Time | None = None) -> FleetC
         payload_sha256=delivery.payload_sha256,
         attempt=delivery.attempt,
         issued_at=issued_at or Time(),
+        auth_key_id=delivery.auth_key_id,
+        auth_tag=delivery.auth_tag,
     )
 
 
@@ -59,13 +63,21 @@ def answer_to_msg(answer: Answer, stamp: Time) -> CommandResult:
     )
 
 
+class InvalidMessage(ValueError):
+    """A message whose fields no sender of this package would produce (dropped, counted)."""
+
+
 def answer_from_msg(message: CommandResult) -> Answer:
+    try:
+        state = State(message.state)
+    except ValueError:
+        raise InvalidMessage(f"unknown state {message.state}") from None
     return Answer(
         key=message.idempotency_key,
         client_id=message.client_id,
         robot_id=message.robot_id,
         command_type=message.command_type,
-        state=State(message.state),
+        state=state,
         status_code=message.status_code,
         replayed=message.replayed,
         result_json=message.result_json,
@@ -86,4 +98,13 @@ def fill_check_key_response(status: KeyStatus, response: CheckKey.Response) -> C
     response.message = status.message
     response.created_at = epoch_to_time(status.created_at)
     response.expires_at = epoch_to_time(status.expires_at)
+    return response
+
+
+def check_key_failed(response: CheckKey.Response, message: str) -> CheckKey.Response:
+    """The answer of a status check whose handler failed unexpectedly: 500, nothing known."""
+    response.found = False
+    response.state = int(State.UNKNOWN)
+    response.status_code = INTERNAL
+    response.message = f"{message}; ask again"
     return response

@@ -17,14 +17,17 @@ from pydantic import ValidationError
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
+from fleet_idempotency.auth import KeyringError
 from fleet_idempotency.bringup.fleet_config import FleetConfigError
 from fleet_idempotency.events import EventLogError
+from fleet_idempotency.ros.parent_watch import watch_parent
 from fleet_idempotency.sim.world_link_ros import WorldUnavailable
 from fleet_idempotency.store import StoreError
 
 # Errors a user can fix (a bad fleet file, a store from elsewhere, no world simulator):
 # reported as one clear line, not a traceback.
 STARTUP_ERRORS = (
+    KeyringError,
     FleetConfigError,
     StoreError,
     EventLogError,
@@ -42,6 +45,7 @@ def run_nodes(
     args: list[str] | None = None,
 ) -> None:
     rclpy.init(args=args)
+    watch_parent()
     nodes: Sequence[Node] = []
     try:
         try:

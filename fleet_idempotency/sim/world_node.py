@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 from rclpy.node import Node
@@ -16,6 +17,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 
 from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.resources import default_fleet_file
+from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import run_nodes
 from fleet_idempotency.ros.qos import SERVICE_QOS
 from fleet_idempotency.sim.world import COUNTED_ACTIONS, Pose, World, WorldActionFailed
@@ -31,10 +33,22 @@ class WorldSimulator(Node):
         self.world = World(fleet.world)
         for robot in fleet.robots:
             self.world.register_robot(robot.id, robot.start)
-        self.create_service(WorldAction, "/world/act", self._on_act, qos_profile=SERVICE_QOS)
-        self.create_service(GetWorldState, "/world/state", self._on_state, qos_profile=SERVICE_QOS)
+        self.counters: Counter[str] = Counter()
+        guard = CallbackGuard(self.get_logger(), self.counters)
+        self.create_service(
+            WorldAction,
+            "/world/act",
+            guard.service("world_act", self._on_act, _act_failed),
+            qos_profile=SERVICE_QOS,
+        )
+        self.create_service(
+            GetWorldState,
+            "/world/state",
+            guard.service("world_state", self._on_state, _state_failed),
+            qos_profile=SERVICE_QOS,
+        )
         self._markers = self.create_publisher(MarkerArray, "/world/markers", 1)
-        self.create_timer(marker_period_s, self._publish_markers)
+        self.create_timer(marker_period_s, guard.timer("markers", self._publish_markers))
         self.get_logger().info(
             f"world from {fleet_file}: {len(fleet.world.slots)} slots, "
             f"{len(fleet.world.waypoints)} waypoints, {len(fleet.world.docks)} docks"
@@ -104,6 +118,17 @@ class WorldSimulator(Node):
             marker.text = robot_id
             markers.markers.append(marker)
         self._markers.publish(markers)
+
+
+def _act_failed(response: WorldAction.Response, message: str) -> WorldAction.Response:
+    response.success = False
+    response.message = message
+    return response
+
+
+def _state_failed(response: GetWorldState.Response, message: str) -> GetWorldState.Response:
+    response.geometry_json = response.state_json = ""
+    return response
 
 
 def _marker(

@@ -21,6 +21,7 @@ class InvalidRequest(StoreError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"invalid {field}: {message}")
         self.field = field
+        self.reason = message
 
 
 class StoreFull(StoreError):

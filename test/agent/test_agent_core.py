@@ -6,6 +6,7 @@ real nodes in real processes is in test_agent_node.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ import pytest
 
 from fleet_idempotency.agent.core import AgentCore
 from fleet_idempotency.agent.dedup_window import RecentDeliveries
+from fleet_idempotency.auth import CommandSigner, CommandVerifier, FleetKeyring
 from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.protocol import Answer, Delivery
 from fleet_idempotency.robots.simulated import SimulatedRobot
@@ -50,6 +52,7 @@ class Agent:
         time_scale: float = 0.0,
         clock: Callable[[], float] | None = None,
         dedup_window: RecentDeliveries | None = None,
+        verifier: CommandVerifier | None = None,
         **store_settings: Any,
     ) -> None:
         spec = FLEET.robot(robot_id)
@@ -70,6 +73,7 @@ class Agent:
             logger=_SilentLogger(),
             on_load_change=self._count_load_change,
             dedup_window=dedup_window,
+            verifier=verifier,
         )
         self.core.start()
 
@@ -446,3 +450,37 @@ def test_stop_mid_command_leaves_the_claim_durable(world: World, tmp_path: Path)
         record = store.check("amr_3", "k-long")
     assert isinstance(record, Record) and record.state == State.IN_PROGRESS
     assert not isinstance(record, Tombstone)
+
+
+def test_only_commands_signed_for_this_robot_run_and_forgeries_are_answered_nowhere(
+    make_agent: Callable[..., Agent], world: World
+) -> None:
+    keyring = FleetKeyring.generate()
+    agent = make_agent(
+        verifier=CommandVerifier(keyring.for_robot("forklift_1")),
+        dedup_window=RecentDeliveries(),
+    )
+    genuine = Delivery(
+        key="wms:k-1",
+        client_id="wms",
+        robot_id="forklift_1",
+        command_type="pick",
+        payload_json='{"slot": "A1"}',
+    )
+    key_id, tag = CommandSigner(keyring).sign(genuine)
+    forgeries = [
+        genuine,  # unsigned
+        dataclasses.replace(genuine, auth_key_id=key_id, auth_tag="0" * 64),
+        dataclasses.replace(genuine, auth_key_id="k9", auth_tag=tag),
+    ]
+    for forged in forgeries:
+        assert agent.core.submit(forged) is None
+    assert agent.answers == [], "a forger is told nothing"
+    assert agent.store.check("forklift_1", "wms:k-1") is None, "nothing stored"
+    assert agent.core.counters["auth_rejected"] == 3
+    # The forgeries, identical in content, did not enter the dedup window: the genuine
+    # command still runs, once.
+    answer = agent.core.submit(dataclasses.replace(genuine, auth_key_id=key_id, auth_tag=tag))
+    assert answer is not None and answer.status_code == 202
+    assert agent.final_answer("wms:k-1").state == State.COMPLETED
+    assert world.side_effect_count("forklift_1", "wms:k-1") == 1

@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from fleet_idempotency.bringup.fleet_config import FleetConfigError, load_fleet, parse_fleet
-from fleet_idempotency.bringup.plan import NodeSpec, launch_plan, time_scale_for_speed
+from fleet_idempotency.bringup.plan import (
+    NodeSpec,
+    launch_node_arguments,
+    launch_plan,
+    time_scale_for_speed,
+)
 
 from support.paths import REPO
 
@@ -103,3 +108,14 @@ def test_launch_files_take_their_nodes_from_the_shared_plan(launch_file: str) ->
         isinstance(node, ast.FunctionDef) and node.name == "generate_launch_description"
         for node in tree.body
     )
+
+
+def test_launch_files_respawn_every_node_after_a_delay_and_never_rename_nodes(
+    tmp_path: Path,
+) -> None:
+    fleet = load_fleet(FLEET_FILE)
+    for spec in launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path):
+        arguments = launch_node_arguments(spec)
+        assert arguments["respawn"] is True and arguments["respawn_delay"] > 0
+        assert "name" not in arguments
+        assert arguments["parameters"] == [spec.parameters]

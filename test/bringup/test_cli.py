@@ -10,11 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_demo import processes_mentioning
-
 from fleet_idempotency.ros.dds_isolation import isolated_environment
 
-from support.ros_support import wait_for
+from support.ros_support import processes_mentioning, wait_for
 
 BIN = Path(sys.prefix) / "bin"
 
@@ -90,6 +88,56 @@ def test_up_then_submit_twice_and_check(tmp_path: Path) -> None:
         lambda: not processes_mentioning(str(store)),
         timeout_s=10,
         what="no process of fleet-idem up to remain",
+    )
+
+
+def _pid_of(fragment: str, store: Path) -> int:
+    (line,) = [p for p in processes_mentioning(str(store)) if fragment in p]
+    return int(line.split(":", 1)[0])
+
+
+def test_up_restarts_a_killed_node_and_sigkill_of_up_leaves_no_node(tmp_path: Path) -> None:
+    store = tmp_path / "fleet"
+    log_path = tmp_path / "up.log"
+    with log_path.open("w") as log:
+        up = subprocess.Popen(
+            [str(BIN / "fleet-idem"), "up", "--speed", "100", "--store-dir", str(store)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
+    try:
+        line = wait_for(
+            lambda: re.search(r"ROS_DOMAIN_ID=(\d+)", log_path.read_text()),
+            timeout_s=60,
+            what="fleet-idem up to print its domain",
+        )
+        env = {
+            **os.environ,
+            "ROS_DOMAIN_ID": line.group(1),
+            "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+        }
+        victim = _pid_of("robot_id:=amr_1", store)
+        os.kill(victim, signal.SIGKILL)
+        wait_for(
+            lambda: "supervisor: agent_amr_1 exited (code -9); restarted" in log_path.read_text(),
+            timeout_s=60,
+            what="the supervisor to restart the killed agent",
+        )
+        assert _pid_of("robot_id:=amr_1", store) != victim
+        dock = ["submit", "--robot", "amr_1", "--type", "dock", "--payload", '{"dock": "D1"}']
+        answer = run_client([*dock, "--wait", "60"], env, tmp_path)
+        assert answer.returncode == 0, answer.stdout + answer.stderr
+        assert json.loads(answer.stdout)["status_code"] == 200
+        assert processes_mentioning(str(store)), "the fleet should be running now"
+    finally:
+        up.kill()  # SIGKILL: no chance to stop its children itself
+        up.wait(timeout=60)
+    # Each node sees its parent pipe close and shuts down (stores closed cleanly).
+    wait_for(
+        lambda: not processes_mentioning(str(store)),
+        timeout_s=30,
+        what="every node of the SIGKILLed fleet-idem up to exit",
     )
 
 

@@ -3,7 +3,6 @@ leaves no process behind. Real processes, real DDS, real kill -9s."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -11,23 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from support.ros_support import wait_for
+from support.ros_support import processes_mentioning, wait_for
 
 FLEET_IDEM = str(Path(sys.prefix) / "bin" / "fleet-idem")
-
-
-def processes_mentioning(text: str) -> list[str]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if text in command:
-            found.append(f"{entry.name}: {command}")
-    return found
 
 
 def run_demo(store: Path, *options: str) -> str:

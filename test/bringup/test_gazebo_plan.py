@@ -176,7 +176,7 @@ def test_the_gazebo_launch_file_takes_everything_from_the_plan() -> None:
         and node.func.id == "DeclareLaunchArgument"
         and isinstance(node.args[0], ast.Constant)
     }
-    assert arguments == {"fleet", "world", "headless", "store_dir"}
+    assert arguments == {"fleet", "world", "headless", "store_dir", "keyring_dir"}
 
 
 def test_the_launch_actions_build_where_launch_ros_and_ros_gz_are_installed(

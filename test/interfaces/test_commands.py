@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from fleet_idempotency.commands import (
@@ -13,6 +15,7 @@ from fleet_idempotency.commands import (
     parse_json_object,
     parse_payload,
 )
+from fleet_idempotency.store.fingerprint import MAX_JSON_DEPTH
 
 
 @pytest.mark.parametrize(
@@ -87,3 +90,22 @@ def test_capabilities_per_robot_type(robot_type: str, command_type: str, allowed
 def test_unknown_robot_type_is_refused() -> None:
     with pytest.raises(InvalidCommand, match="unknown robot type"):
         check_capability("submarine", "pick")
+
+
+def test_deep_nesting_is_refused_before_decoding_with_the_limit_named() -> None:
+    # 5,000 levels in 10 kB: json.loads would raise RecursionError; this must be a 400.
+    with pytest.raises(InvalidCommand, match=f"at most {MAX_JSON_DEPTH} levels") as error:
+        parse_payload("pick", "[" * 5000 + "]" * 5000)
+    assert error.value.field == "payload_json"
+
+
+def test_nesting_up_to_the_limit_decodes_and_one_more_level_does_not() -> None:
+    at_limit = '{"a":' * (MAX_JSON_DEPTH - 1) + "[1]" + "}" * (MAX_JSON_DEPTH - 1)
+    assert parse_json_object(at_limit)["a"]
+    with pytest.raises(InvalidCommand, match="nested 17 levels"):
+        parse_json_object("[" + at_limit + "]")
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    text = json.dumps({"slot": "[" * 100 + "{" * 100})
+    assert parse_json_object(text)["slot"].startswith("[[[")

@@ -18,9 +18,12 @@ from typing import Any
 import pytest
 
 from fleet_idempotency.agent.core import AgentCore
+from fleet_idempotency.auth import CommandSigner, CommandVerifier, FleetKeyring
 from fleet_idempotency.bringup.fleet_config import FleetConfig, load_fleet
 from fleet_idempotency.events import EventLogConfig, EventType, LmdbEventLog, replay
 from fleet_idempotency.orchestrator.core import (
+    MAX_ROBOT_CAPACITY,
+    MAX_WAIT_TIMEOUT_S,
     OrchestratorCore,
     OrchestratorSettings,
     SubmitRequest,
@@ -59,8 +62,10 @@ class Fleet:
         drop_results: float = 0.0,
         settings: OrchestratorSettings = FAST,
         capacities: dict[str, int] | None = None,
+        keyring: FleetKeyring | None = None,
     ) -> None:
         self.root = root
+        self.keyring = keyring
         self.fleet = fleet
         self.world = World(fleet.world)
         self.rng = random.Random(7)
@@ -83,6 +88,7 @@ class Fleet:
                 capacity=capacity,
                 publish=self._deliver_answer,
                 logger=_Quiet(),
+                verifier=CommandVerifier(keyring.for_robot(spec.id)) if keyring else None,
             )
             agent.start()
             self.agents[spec.id] = agent
@@ -99,7 +105,11 @@ class Fleet:
         )
         self.events = LmdbEventLog(EventLogConfig(path=self.root / "orchestrator" / "events"))
         core = OrchestratorCore(
-            fleet=self.fleet, store=self.orch_store, events=self.events, settings=self.settings
+            fleet=self.fleet,
+            store=self.orch_store,
+            events=self.events,
+            settings=self.settings,
+            signer=CommandSigner(self.keyring) if self.keyring else None,
         )
         core.restore()
         return core
@@ -413,3 +423,83 @@ def test_long_client_keys_map_to_bounded_robot_keys() -> None:
     assert len(mapped) <= 128 and mapped.startswith("wms:#")
     assert mapped == robot_key("wms", long_key)
     assert robot_key("wms", "k-1") == "wms:k-1"
+
+
+@pytest.mark.parametrize(
+    "wait", [float("nan"), float("inf"), -1.0, MAX_WAIT_TIMEOUT_S + 1], ids=str
+)
+def test_an_impossible_wait_is_a_400_naming_it_and_stores_nothing(
+    make_fleet: Callable[..., Fleet], wait: float
+) -> None:
+    fleet = make_fleet()
+    answer = fleet.orchestrator.submit(
+        SubmitRequest("wms", "k-wait", "amr_1", "dock", '{"dock": "D1"}', wait_timeout_s=wait)
+    )
+    assert (answer.state, answer.status_code) == (State.REJECTED, 400)
+    assert "wait_timeout_sec" in answer.message
+    assert fleet.orch_store.check("wms", "k-wait") is None
+    assert list(fleet.events.read()) == []
+
+
+def test_a_deeply_nested_payload_is_a_400_and_stores_nothing(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    fleet = make_fleet()
+    answer = fleet.submit("wms", "k-deep", "amr_1", "dock", "[" * 5000 + "]" * 5000)
+    assert (answer.state, answer.status_code) == (State.REJECTED, 400)
+    assert "levels" in answer.message
+    assert fleet.orch_store.stats()["records"] == 0
+    assert list(fleet.events.read()) == []
+
+
+@pytest.mark.parametrize(
+    ("robot_id", "heard_on", "queue_depth", "capacity", "counter"),
+    [
+        ("amr_2", "amr_1", 0, 2, "status_wrong_topic"),
+        ("amr_1", "amr_1", 0, 0, "status_invalid"),
+        ("amr_1", "amr_1", 0, MAX_ROBOT_CAPACITY + 1, "status_invalid"),
+        ("amr_1", "amr_1", 2**32 - 1, 2, "status_invalid"),
+        ("ghost", None, 0, 2, "status_unknown_robot"),
+    ],
+)
+def test_absurd_or_misaddressed_statuses_are_counted_and_change_nothing(
+    make_fleet: Callable[..., Fleet],
+    robot_id: str,
+    heard_on: str | None,
+    queue_depth: int,
+    capacity: int,
+    counter: str,
+) -> None:
+    fleet = make_fleet()
+    before = fleet.orchestrator.load()
+    fleet.orchestrator.on_status(robot_id, queue_depth, capacity, heard_on=heard_on)
+    assert fleet.orchestrator.counters[counter] == 1
+    assert fleet.orchestrator.load() == before
+
+
+def test_a_signed_fleet_runs_every_command_and_robots_verify_each_delivery(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    fleet = make_fleet(keyring=FleetKeyring.generate(), drop_results=0.3)
+    for index in range(6):
+        assert fleet.submit("wms", f"s-{index}", "amr_1", "dock", {"dock": "D1"}).status_code == 202
+    for index in range(6):
+        assert fleet.final("wms", f"s-{index}").state == State.COMPLETED
+        assert fleet.effects("wms", f"s-{index}", "amr_1") == 1
+    # Re-sends (attempt + 1) are signed anew and accepted as well.
+    assert fleet.orchestrator.counters["retries"] > 0
+    assert fleet.agents["amr_1"].counters["auth_rejected"] == 0
+
+
+def test_robots_with_keys_refuse_an_unsigned_orchestrator(tmp_path: Path) -> None:
+    fleet = Fleet(tmp_path, keyring=FleetKeyring.generate())
+    try:
+        fleet.orchestrator.signer = None  # e.g. an orchestrator started without its keyring
+        fleet.submit("wms", "u-1", "amr_1", "dock", {"dock": "D1"})
+        fleet.run_until(
+            lambda: fleet.agents["amr_1"].counters["auth_rejected"] >= 2, "refused re-sends"
+        )
+        assert fleet.effects("wms", "u-1", "amr_1") == 0
+        assert fleet.agents["amr_1"].store.check("amr_1", robot_key("wms", "u-1")) is None
+    finally:
+        fleet.close()

@@ -189,14 +189,20 @@ def test_unreadable_joint_states_are_counted_not_raised(wiring: Wiring) -> None:
     sender = wiring.add(Node("garbage_sender", context=wiring.context))
     publisher = sender.create_publisher(JointState, ros_topic("arm_1", JOINT_STATES), 10)
     wait_for(lambda: publisher.get_subscription_count() > 0, what="the joint_states match")
+    garbage = [
+        JointState(name=["elbow"], position=[1.0]),  # a joint this arm does not have
+        JointState(name=["shoulder_yaw", "reach"], position=[]),  # names without positions
+    ]
     wait_for(
         lambda: (
-            publisher.publish(JointState(name=["elbow"], position=[1.0]))
-            or link.unreadable_messages > 0
+            [publisher.publish(message) for message in garbage]
+            and link.counters["unreadable_messages"] >= 2
         ),
-        what="the unknown joint to be counted",
+        what="the unreadable joint states to be counted",
     )
     assert link.joint_position("elbow") is None
+    assert link.joint_position("shoulder_yaw") is None
+    assert link.counters["callback_errors"] == 0  # read defensively, not caught by the guard
 
 
 # --- the agent_driver executable with backend:=gazebo -------------------------------------
@@ -205,16 +211,20 @@ def test_the_agent_process_drives_its_robot_in_gazebo(fleet: FleetHarness) -> No
     body = KinematicBody(spec.start)
     gazebo = GazeboStandIn(fleet.node.context, "amr_3", body)
     fleet.executor.add_node(gazebo)
-    fleet.start_agent("amr_3", "amr", backend="gazebo", start_y=spec.start.y, **FAST_PARAMETERS)
-    fleet.send("amr_3", "gz-move-1", "move_to_waypoint", {"x": 2.0, "y": 6.0})
-    final = fleet.final("gz-move-1")
-    assert final.status_code == 200, final.message
-    assert body.true_pose.distance_to(2.0, 6.0) <= 0.2
-    assert fleet.side_effects("amr_3", "gz-move-1") == 1
-    fleet.send("amr_3", "gz-move-1", "move_to_waypoint", {"x": 2.0, "y": 6.0}, attempt=2)
-    replay = fleet.result("gz-move-1", lambda r: r.replayed)
-    assert replay.result_json == final.result_json
-    assert fleet.side_effects("amr_3", "gz-move-1") == 1
+    try:
+        fleet.start_agent("amr_3", "amr", backend="gazebo", start_y=spec.start.y, **FAST_PARAMETERS)
+        fleet.send("amr_3", "gz-move-1", "move_to_waypoint", {"x": 2.0, "y": 6.0})
+        final = fleet.final("gz-move-1")
+        assert final.status_code == 200, final.message
+        assert body.true_pose.distance_to(2.0, 6.0) <= 0.2
+        assert fleet.side_effects("amr_3", "gz-move-1") == 1
+        fleet.send("amr_3", "gz-move-1", "move_to_waypoint", {"x": 2.0, "y": 6.0}, attempt=2)
+        replay = fleet.result("gz-move-1", lambda r: r.replayed)
+        assert replay.result_json == final.result_json
+        assert fleet.side_effects("amr_3", "gz-move-1") == 1
+    finally:
+        fleet.executor.remove_node(gazebo)
+        gazebo.destroy_node()
 
 
 def test_an_unknown_backend_stops_the_agent_with_a_clear_error(fleet: FleetHarness) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -101,3 +102,17 @@ def children(tmp_path: Path) -> Iterator[ChildProcesses]:
         for name in managed.processes:
             # Shown by pytest only when the test failed: the children's side of the story.
             print(f"----- {name} -----\n{managed.log(name)[-4000:]}")
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in command:
+            found.append(f"{entry.name}: {command}")
+    return found
