@@ -36,6 +36,7 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Empty, Float64
 
+from fleet_idempotency.bringup.fleet_config import validation_problems
 from fleet_idempotency.robots.gazebo_control import (
     GazeboLinkError,
     GazeboRobot,
@@ -183,10 +184,7 @@ def declare_motion_settings(node: Node) -> MotionSettings:
     try:
         return MotionSettings.model_validate(values)
     except ValidationError as error:
-        problems = "; ".join(
-            f"gazebo.{'.'.join(str(part) for part in item['loc'])}: {item['msg']}"
-            for item in error.errors()
-        )
+        problems = validation_problems(error, prefix="gazebo.")
         raise ValueError(f"invalid Gazebo parameters: {problems}") from None
 
 

@@ -36,7 +36,7 @@ from fleet_idempotency.sim.gazebo_names import (
 from fleet_idempotency.sim.world import World
 from fleet_idempotency.sim.world_link import LocalWorldLink
 
-from support.fleet_harness import FleetHarness
+from support.fleet_harness import BIN, FleetHarness
 from support.gazebo_stand_in import GazeboStandIn
 from support.kinematic_body import FAST_MOTION, KinematicBody
 from support.paths import FLEET_FILE
@@ -227,15 +227,21 @@ def test_the_agent_process_drives_its_robot_in_gazebo(fleet: FleetHarness) -> No
         gazebo.destroy_node()
 
 
-def test_an_unknown_backend_stops_the_agent_with_a_clear_error(fleet: FleetHarness) -> None:
-    from support.fleet_harness import BIN
-
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        (["-p", "backend:=unreal"], "backend must be one of simulated, gazebo; got 'unreal'"),
+        (
+            ["-p", "backend:=gazebo", "-p", "gazebo.max_angular_rad_s:=-1.0"],
+            "invalid Gazebo parameters: gazebo.max_angular_rad_s: Input should be greater than 0",
+        ),
+    ],
+)
+def test_bad_backend_parameters_stop_the_agent_with_a_clear_error(
+    fleet: FleetHarness, arguments: list[str], error: str
+) -> None:
     process = fleet.children.spawn(
-        "agent_bad",
-        [str(BIN / "agent_driver"), "--ros-args", "-p", "backend:=unreal"],
-        fleet.env,
+        "agent_bad", [str(BIN / "agent_driver"), "--ros-args", *arguments], fleet.env
     )
     assert process.wait(timeout=60) != 0
-    assert "backend must be one of simulated, gazebo; got 'unreal'" in fleet.children.log(
-        "agent_bad"
-    )
+    assert error in fleet.children.log("agent_bad")
