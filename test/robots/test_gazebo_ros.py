@@ -22,7 +22,7 @@ from sensor_msgs.msg import JointState
 from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.commands import parse_payload
 from fleet_idempotency.robots.backend import Command, ExecutionFailed
-from fleet_idempotency.robots.gazebo_control import GazeboRobot
+from fleet_idempotency.robots.gazebo_control import GazeboRobot, MotionSettings
 from fleet_idempotency.robots.gazebo_ros import RosGazeboLink
 from fleet_idempotency.sim.gazebo_names import (
     ARM_JOINTS,
@@ -69,7 +69,13 @@ class Wiring:
         return node
 
     def robot(
-        self, robot_id: str, *, stand_in: bool = True, grips: bool = True, **options: Any
+        self,
+        robot_id: str,
+        *,
+        stand_in: bool = True,
+        grips: bool = True,
+        settings: MotionSettings = FAST_MOTION,
+        **options: Any,
     ) -> tuple[GazeboRobot, RosGazeboLink, GazeboStandIn | None]:
         """The robot's backend over the link; with a stand-in for Gazebo unless told not,
         which serves the attach/detach topics unless ``grips`` is false."""
@@ -100,7 +106,7 @@ class Wiring:
             LocalWorldLink(self.world),
             link,
             spec.start,
-            settings=FAST_MOTION,
+            settings=settings,
             time_scale=0,
         )
         return backend, link, gazebo
@@ -141,11 +147,11 @@ def test_a_move_over_cmd_vel_and_odometry_arrives_and_stops(wiring: Wiring) -> N
 
 
 def test_garbage_odometry_over_the_wire_fails_the_move_without_moving(wiring: Wiring) -> None:
-    backend, _link, gazebo = wiring.robot("amr_2", garbage_odometry=True)
-    assert gazebo is not None
-    backend.settings = FAST_MOTION.model_copy(
+    impatient = FAST_MOTION.model_copy(
         update={"move_timeout_base_s": 1.0, "move_timeout_per_m_s": 0.0}
     )
+    backend, _link, gazebo = wiring.robot("amr_2", settings=impatient, garbage_odometry=True)
+    assert gazebo is not None
     with pytest.raises(ExecutionFailed, match="no usable odometry"):
         run(backend, "move_to_waypoint", '{"waypoint": "W1"}')
     assert gazebo.twists_received > 0
