@@ -55,6 +55,7 @@ class Wiring:
         self.context = context
         self.executor = MultiThreadedExecutor(num_threads=3, context=context)
         self.world = World(FLEET.world)
+        self.nodes: list[Node] = []
         self._thread = threading.Thread(target=self._spin, daemon=True)
         self._thread.start()
 
@@ -65,6 +66,7 @@ class Wiring:
             return
 
     def add(self, node: Node) -> Node:
+        self.nodes.append(node)
         self.executor.add_node(node)
         return node
 
@@ -112,7 +114,12 @@ class Wiring:
         return backend, link, gazebo
 
     def close(self) -> None:
-        self.executor.shutdown(timeout_sec=2.0)
+        # Callbacks stopped first, then the nodes go: a node destroyed under a running
+        # executor makes its pending callbacks fail on the destroyed handles.
+        self.executor.shutdown(timeout_sec=5.0)
+        self._thread.join(5.0)
+        for node in self.nodes:
+            node.destroy_node()
 
 
 @pytest.fixture
