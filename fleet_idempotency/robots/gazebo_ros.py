@@ -75,7 +75,6 @@ class RosGazeboLink:
     """A GazeboLink over ROS topics on a given node (relative names: its namespace)."""
 
     def __init__(self, node: Node, items: Iterable[str], joints: Iterable[str] = ()) -> None:
-        self._node = node
         group = MutuallyExclusiveCallbackGroup()
         self._lock = threading.Lock()
         self._odometry: PoseReading | None = None
