@@ -26,7 +26,7 @@ from fleet_idempotency.auth import CommandVerifier, KeyringError, RobotKeyring, 
 from fleet_idempotency.commands import COMMAND_TYPES
 from fleet_idempotency.msg import CommandResult, FleetCommand, RobotStatus
 from fleet_idempotency.protocol import Answer
-from fleet_idempotency.robots.simulated import SimulatedRobot
+from fleet_idempotency.robots.factory import make_backend
 from fleet_idempotency.ros.convert import (
     answer_to_msg,
     check_key_failed,
@@ -36,7 +36,6 @@ from fleet_idempotency.ros.convert import (
 from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import run_nodes
 from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
-from fleet_idempotency.sim.world import Pose
 from fleet_idempotency.sim.world_link_ros import RosWorldLink
 from fleet_idempotency.srv import CheckKey
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
@@ -51,13 +50,7 @@ class AgentDriver(Node):
         self._rng = random.Random(p["seed"] or None)
         self._world = RosWorldLink(self.context, self.robot_id, timeout_s=p["world_timeout_s"])
         self._world.wait_until_ready(p["world_timeout_s"])
-        backend = SimulatedRobot(
-            self.robot_id,
-            p["robot_type"],
-            self._world,
-            Pose(x=p["start_x"], y=p["start_y"], theta=p["start_theta"]),
-            time_scale=p["time_scale"],
-        )
+        backend = make_backend(self, self._world, p)
         self._keyring = self._open_keyring(p["auth_keyring"])
         self.store = IdempotencyStore.open(self._store_config(p))
         self._results = self.create_publisher(CommandResult, p["results_topic"], RELIABLE_TOPIC_QOS)
@@ -128,6 +121,7 @@ class AgentDriver(Node):
         defaults: dict[str, Any] = {
             "robot_id": "robot_1",
             "robot_type": "amr",
+            "backend": "simulated",  # or "gazebo" (robots/factory.py)
             "store_dir": str(Path.home() / ".ros" / "fleet_idempotency"),
             "capacity": 4,
             "time_scale": 1.0,

@@ -101,15 +101,19 @@ class FleetConfig(BaseModel):
         raise KeyError(robot_id)
 
 
+def validation_problems(error: ValidationError, prefix: str = "") -> str:
+    """Every problem of a validation error, each naming its field (``prefix`` + path)."""
+    return "; ".join(
+        f"{prefix}{'.'.join(str(part) for part in item['loc']) or '(top level)'}: {item['msg']}"
+        for item in error.errors()
+    )
+
+
 def parse_fleet(data: Any, source: str = "<fleet>") -> FleetConfig:
     try:
         return FleetConfig.model_validate(data)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in item['loc']) or '(top level)'}: {item['msg']}"
-            for item in error.errors()
-        )
-        raise FleetConfigError(f"{source}: {problems}") from None
+        raise FleetConfigError(f"{source}: {validation_problems(error)}") from None
 
 
 def load_fleet(path: Path | str) -> FleetConfig:

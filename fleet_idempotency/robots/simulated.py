@@ -15,19 +15,16 @@ from typing import Any
 from fleet_idempotency.commands import (
     ROBOT_CAPABILITIES,
     Dock,
-    InvalidCommand,
     MoveToWaypoint,
     Pick,
-    Place,
-    check_capability,
 )
 from fleet_idempotency.robots.backend import (
     Command,
-    CommandRefused,
     ExecutionAborted,
     ExecutionFailed,
     RobotBackend,
 )
+from fleet_idempotency.robots.targets import refuse_unsupported, resolve_target, result_body
 from fleet_idempotency.sim.world import Pose, WorldActionFailed, WorldActionName
 from fleet_idempotency.sim.world_link import WorldLink
 
@@ -91,10 +88,7 @@ class SimulatedRobot(RobotBackend):
         self._stop.set()
 
     def prepare(self, command: Command) -> None:
-        try:
-            check_capability(self.robot_type, command.command_type)
-        except InvalidCommand as refusal:
-            raise CommandRefused(refusal.message) from None
+        refuse_unsupported(self.robot_type, command.command_type)
         self._target_of(command)
 
     def execute(self, command: Command) -> dict[str, Any]:
@@ -115,46 +109,26 @@ class SimulatedRobot(RobotBackend):
         action: WorldActionName = "pick" if isinstance(payload, Pick) else "place"
         if self.profile.speed_m_s > 0:
             self._travel_to(x, y)
+        else:
+            self._reach_to(x, y)
         self._wait(self.profile.handling_s / 2)  # approach: forks down, or arm reaching
         item = self._act(command, action, target_name)
+        self._hold(action, item)
         self._wait(self.profile.handling_s / 2)  # lift and retract, carrying the item
         return self._result(command, target_name, item=item)
 
     # --- helpers --------------------------------------------------------------------------
     def _target_of(self, command: Command) -> tuple[str, tuple[float, float]]:
         """Resolve and check the command's target; raise CommandRefused if it is not valid."""
-        geometry = self._world.geometry()
-        payload = command.payload
-        if isinstance(payload, MoveToWaypoint):
-            if payload.waypoint is None:
-                assert payload.x is not None and payload.y is not None
-                return f"{payload.x:g},{payload.y:g}", (payload.x, payload.y)
-            point = geometry.waypoints.get(payload.waypoint)
-            if point is None:
-                raise CommandRefused(f"unknown waypoint {payload.waypoint!r}")
-            return payload.waypoint, (point.x, point.y)
-        if isinstance(payload, Dock):
-            dock = geometry.docks.get(payload.dock)
-            if dock is None:
-                raise CommandRefused(f"unknown dock {payload.dock!r}")
-            return payload.dock, (dock.x, dock.y)
-        assert isinstance(payload, Pick | Place)
-        slot = geometry.slots.get(payload.slot)
-        if slot is None:
-            raise CommandRefused(f"unknown slot {payload.slot!r}")
-        wanted = "station" if self.robot_type == "arm" else "pallet"
-        if slot.kind != wanted:
-            raise CommandRefused(
-                f"slot {payload.slot!r} is a {slot.kind} slot; a {self.robot_type} "
-                f"handles {wanted} slots"
-            )
-        distance = self.pose().distance_to(slot.x, slot.y)
-        if self.profile.speed_m_s == 0 and distance > self.profile.reach_m:
-            raise CommandRefused(
-                f"slot {payload.slot!r} is out of reach "
-                f"({distance:.1f} m > {self.profile.reach_m} m)"
-            )
-        return payload.slot, (slot.x, slot.y)
+        target = resolve_target(
+            self._world.geometry(),
+            command.payload,
+            robot_type=self.robot_type,
+            reach_m=self.profile.reach_m,
+            mobile=self.profile.speed_m_s > 0,
+            pose=self.pose(),
+        )
+        return target.name, (target.x, target.y)
 
     def _act(self, command: Command, action: WorldActionName, target: str) -> str:
         try:
@@ -189,17 +163,21 @@ class SimulatedRobot(RobotBackend):
                 )
             )
 
+    # Hooks for a backend whose robots have bodies (gazebo_control.GazeboRobot): in the
+    # kinematic world an arm reaches instantly and the world alone says what is carried.
+    def _reach_to(self, x: float, y: float) -> None:
+        """A fixed robot turns its tool to a point within reach."""
+
+    def _hold(self, action: WorldActionName, item: str) -> None:
+        """Grip (after a pick) or release (after a place) the item the world just moved."""
+
     def _move_to(self, pose: Pose) -> None:
-        with self._pose_lock:
-            self._pose = pose
+        self._set_pose(pose)
         self._world.set_pose(self.robot_id, pose)
 
+    def _set_pose(self, pose: Pose) -> None:
+        with self._pose_lock:
+            self._pose = pose
+
     def _result(self, command: Command, target: str, **extra: Any) -> dict[str, Any]:
-        pose = self.pose()
-        return {
-            "robot_id": self.robot_id,
-            "command_type": command.command_type,
-            "target": target,
-            "pose": {"x": round(pose.x, 3), "y": round(pose.y, 3), "theta": round(pose.theta, 3)},
-            **extra,
-        }
+        return result_body(self.robot_id, command, target, self.pose(), **extra)

@@ -5,6 +5,8 @@
 - ``world_link_ros`` / ``world_node``: the same world over ROS services (``world_simulator``
   executable).
 - ``mission``: a realistic mix of warehouse commands, planned robot by robot.
+- ``gazebo_world`` / ``gazebo_names`` / ``gazebo_oracle``: the fleet as a Gazebo world,
+  the names its models and topics share, and slot contents read from Gazebo's poses.
 
 Only the ROS-free pieces are re-exported here.
 """
