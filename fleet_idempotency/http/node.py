@@ -1,0 +1,292 @@
+"""HTTP API node: uvicorn serving ``app.py`` in front of the fleet's public ROS interfaces.
+
+Calls ``/fleet/submit_command`` (SubmitCommand) and ``/fleet/check_key`` (CheckKey) of
+the orchestrator, ``/world/state`` (GetWorldState) of the simulator; follows
+``/fleet/events``, ``/fleet/results`` and ``/fleet/<robot>/status``. Depends on nothing
+else of the orchestrator, so either can be restarted or reworked alone.
+
+    ros2 run fleet_idempotency http_api --ros-args -p port:=8080
+
+A request without an answer is re-sent with the same key (safe: the orchestrator answers
+a re-sent submit from its store) until ``wait + answer_timeout_s``; then the HTTP caller
+gets 503 with Retry-After and retries itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import rclpy
+import uvicorn
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
+
+from fleet_idempotency.bringup.fleet_config import load_fleet
+from fleet_idempotency.bringup.resources import default_fleet_file
+from fleet_idempotency.msg import CommandResult, FleetEvent, RobotStatus
+from fleet_idempotency.ros.node_main import STARTUP_ERRORS
+from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
+from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
+
+from .answers import STATE_NAMES
+from .app import HttpSettings, create_app
+from .auth import ApiKeyError, load_api_keys
+from .gateway import KeyReport, SubmitCall, SubmitReply, Unavailable
+from .metrics import HttpMetrics
+from .view import FleetView
+
+LOOPBACK = "127.0.0.1"
+# The first send after discovery is sometimes lost with its reply: re-send soon.
+FIRST_RESEND_S = 1.0
+RESEND_S = 3.0
+
+
+def _seconds(stamp: Any) -> float:
+    return float(stamp.sec) + float(stamp.nanosec) * 1e-9
+
+
+class HttpApiNode(Node):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("http_api", **kwargs)
+        p = self._declare_parameters()
+        fleet = load_fleet(Path(p["fleet_file"] or default_fleet_file()))
+        self.settings = HttpSettings(
+            max_body_bytes=p["max_body_bytes"],
+            max_in_flight_per_client=p["max_in_flight_per_client"],
+            max_wait_s=p["max_wait_s"],
+            answer_timeout_s=p["answer_timeout_s"],
+            retry_after_s=p["retry_after_s"],
+        )
+        self.api_keys = load_api_keys(p["api_keys_file"] or None)
+        self.host = str(p["host"] or fleet.http.host)
+        self.port = int(p["port"] if p["port"] >= 0 else fleet.http.port)
+        if not self.api_keys.enabled and self.host != LOOPBACK:
+            self.get_logger().warning(
+                f"no API key configured: binding to {LOOPBACK} only, not {self.host}"
+            )
+            self.host = LOOPBACK
+        self.metrics = HttpMetrics()
+        self.view = FleetView(
+            {robot.id: robot.type for robot in fleet.robots},
+            self.metrics,
+            ring_size=p["event_ring_size"],
+            offline_after_s=fleet.orchestrator.offline_after_s,
+        )
+        self._submit = self.create_client(
+            SubmitCommand, "/fleet/submit_command", qos_profile=SERVICE_QOS
+        )
+        self._check = self.create_client(CheckKey, "/fleet/check_key", qos_profile=SERVICE_QOS)
+        self._world = self.create_client(GetWorldState, "/world/state", qos_profile=SERVICE_QOS)
+        self.create_subscription(FleetEvent, "/fleet/events", self._on_event, RELIABLE_TOPIC_QOS)
+        self.create_subscription(
+            CommandResult, "/fleet/results", self._on_result, RELIABLE_TOPIC_QOS
+        )
+        for robot in fleet.robots:
+            self.create_subscription(RobotStatus, f"/fleet/{robot.id}/status", self._on_status, 10)
+        self.app = create_app(
+            gateway=self,
+            view=self.view,
+            metrics=self.metrics,
+            api_keys=self.api_keys,
+            world=fleet.world,
+            settings=self.settings,
+        )
+
+    def _declare_parameters(self) -> dict[str, Any]:
+        defaults: dict[str, Any] = {
+            "fleet_file": "",
+            "host": "",  # "" : the fleet file's http.host
+            "port": -1,  # -1: the fleet file's http.port
+            "api_keys_file": "",
+            "max_body_bytes": 16_384,
+            "max_in_flight_per_client": 32,
+            "max_wait_s": 60.0,
+            "answer_timeout_s": 5.0,
+            "retry_after_s": 1,
+            "event_ring_size": 10_000,
+        }
+        return {
+            name: self.declare_parameter(name, default).value for name, default in defaults.items()
+        }
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/"
+
+    # --- topics -----------------------------------------------------------------------------
+    def _on_event(self, message: FleetEvent) -> None:
+        try:
+            detail = json.loads(message.detail_json) if message.detail_json else {}
+        except ValueError:
+            detail = {"raw": message.detail_json}
+        self.view.add_event(
+            {
+                "sequence": int(message.sequence),
+                "event_type": message.event_type,
+                "idempotency_key": message.idempotency_key,
+                "client_id": message.client_id,
+                "robot_id": message.robot_id,
+                "detail": detail,
+                "stamp": _seconds(message.stamp),
+            }
+        )
+
+    def _on_result(self, message: CommandResult) -> None:
+        self.metrics.results.labels(STATE_NAMES.get(message.state, str(message.state))).inc()
+
+    def _on_status(self, message: RobotStatus) -> None:
+        self.view.update_robot(
+            {
+                "robot_id": message.robot_id,
+                "robot_type": message.robot_type,
+                "x": message.x,
+                "y": message.y,
+                "theta": message.theta,
+                "queue_depth": int(message.queue_depth),
+                "capacity": int(message.capacity),
+                "busy": bool(message.busy),
+                "current_key": message.current_key,
+            }
+        )
+
+    # --- FleetGateway -----------------------------------------------------------------------
+    async def _call(
+        self, client: Any, request: Any, *, deadline_s: float, wait_s: float = 0.0
+    ) -> Any:
+        """Send; re-send when no answer came ``wait_s`` + patience later; give up at
+        ``deadline_s``. The server may hold a request for ``wait_s`` by design."""
+        loop = asyncio.get_running_loop()
+        answered = asyncio.Event()
+        futures: list[Any] = []
+        give_up = loop.time() + deadline_s
+        try:
+            while True:
+                remaining = give_up - loop.time()
+                if remaining <= 0:
+                    raise Unavailable(
+                        f"no answer from {client.srv_name} within {deadline_s:g} s "
+                        f"({len(futures)} sends); retry with the same key"
+                    )
+                if not client.service_is_ready():
+                    await asyncio.sleep(min(0.1, remaining))
+                    continue
+                future = client.call_async(request)
+                future.add_done_callback(lambda _f: loop.call_soon_threadsafe(answered.set))
+                futures.append(future)
+                patience = wait_s + (FIRST_RESEND_S if len(futures) == 1 else RESEND_S)
+                try:
+                    await asyncio.wait_for(answered.wait(), min(patience, remaining))
+                except TimeoutError:
+                    continue
+                return next(f for f in futures if f.done()).result()
+        finally:
+            for future in futures:
+                if not future.done():
+                    client.remove_pending_request(future)
+
+    async def submit(self, call: SubmitCall) -> SubmitReply:
+        request = SubmitCommand.Request(
+            client_id=call.client_id,
+            idempotency_key=call.key,
+            robot_id=call.robot_id,
+            command_type=call.command_type,
+            payload_json=call.payload_json,
+            wait_timeout_sec=float(call.wait_timeout_s),
+        )
+        response = await self._call(
+            self._submit,
+            request,
+            deadline_s=call.wait_timeout_s + self.settings.answer_timeout_s,
+            wait_s=call.wait_timeout_s,
+        )
+        return SubmitReply(
+            state=int(response.state),
+            status_code=int(response.status_code),
+            replayed=bool(response.replayed),
+            result_json=response.result_json,
+            message=response.message,
+        )
+
+    async def check(self, client_id: str, key: str) -> KeyReport:
+        request = CheckKey.Request(client_id=client_id, idempotency_key=key)
+        response = await self._call(self._check, request, deadline_s=self.settings.answer_timeout_s)
+        return KeyReport(
+            found=bool(response.found),
+            state=int(response.state),
+            status_code=int(response.status_code),
+            robot_id=response.robot_id,
+            command_type=response.command_type,
+            payload_sha256=response.payload_sha256,
+            result_json=response.result_json,
+            message=response.message,
+            created_at=_seconds(response.created_at),
+            expires_at=_seconds(response.expires_at),
+        )
+
+    async def world(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        response = await self._call(self._world, GetWorldState.Request(), deadline_s=2.0)
+        geometry: dict[str, Any] = json.loads(response.geometry_json)
+        state: dict[str, Any] = json.loads(response.state_json)
+        return geometry, state
+
+    # --- serving ----------------------------------------------------------------------------
+    def serve(self) -> None:
+        """Run uvicorn in this (the main) thread until SIGINT/SIGTERM."""
+        config = uvicorn.Config(
+            self.app, host=self.host, port=self.port, log_level="warning", access_log=False
+        )
+        server = uvicorn.Server(config)
+        auth = (
+            f"API keys for {', '.join(self.api_keys.clients())}"
+            if self.api_keys.enabled
+            else "no API key configured (localhost only, every caller is client 'local')"
+        )
+        # Printed, not only logged: `fleet-idem up` and people read it.
+        print(f"http_api: serving {self.url} (page), {self.url}docs (API); {auth}", flush=True)
+        server.run()
+
+
+def main(args: list[str] | None = None) -> None:
+    # uvicorn owns SIGINT/SIGTERM (graceful close of connections); it re-raises a caught
+    # signal to the previous handler when it is done, so leave harmless ones in place.
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    for caught in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(caught, lambda *_: None)
+    node: HttpApiNode | None = None
+    executor = MultiThreadedExecutor(num_threads=4)
+    spinner: threading.Thread | None = None
+    try:
+        try:
+            node = HttpApiNode()
+        except (*STARTUP_ERRORS, ApiKeyError) as error:
+            print(f"http_api: cannot start: {error}", file=sys.stderr)
+            raise SystemExit(1) from None
+        executor.add_node(node)
+        spinner = threading.Thread(target=_spin, args=(executor,), name="ros", daemon=True)
+        spinner.start()
+        node.serve()
+    finally:
+        executor.shutdown(timeout_sec=2.0)
+        if spinner is not None:
+            spinner.join(timeout=5.0)
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+def _spin(executor: MultiThreadedExecutor) -> None:
+    try:
+        executor.spin()
+    except Exception:  # the context was shut down: nothing left to serve
+        return
+
+
+if __name__ == "__main__":
+    main()
