@@ -40,7 +40,7 @@ from .app import HttpSettings, create_app
 from .auth import ApiKeyError, load_api_keys
 from .gateway import KeyReport, SubmitCall, SubmitReply, Unavailable
 from .metrics import HttpMetrics
-from .view import FleetView
+from .view import FleetView, RobotView
 
 LOOPBACK = "127.0.0.1"
 # The first send after discovery is sometimes lost with its reply: re-send soon.
@@ -74,7 +74,10 @@ class HttpApiNode(Node):
             self.host = LOOPBACK
         self.metrics = HttpMetrics()
         self.view = FleetView(
-            {robot.id: robot.type for robot in fleet.robots},
+            [
+                RobotView(r.id, r.type, r.start.x, r.start.y, r.start.theta, capacity=r.capacity)
+                for r in fleet.robots
+            ],
             self.metrics,
             ring_size=p["event_ring_size"],
             offline_after_s=fleet.orchestrator.offline_after_s,

@@ -39,7 +39,7 @@ class RobotView:
 class FleetView:
     def __init__(
         self,
-        robots: dict[str, str],
+        robots: list[RobotView],
         metrics: HttpMetrics,
         *,
         ring_size: int = 10_000,
@@ -49,7 +49,9 @@ class FleetView:
         self._offline_after_s = offline_after_s
         self._lock = threading.Lock()
         self._events: deque[dict[str, Any]] = deque(maxlen=ring_size)
-        self._robots = {rid: RobotView(rid, rtype) for rid, rtype in robots.items()}
+        # Seeded from the fleet file (start poses), so a robot never heard from is still
+        # drawn where it should be, as offline.
+        self._robots = {robot.robot_id: robot for robot in robots}
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
 
     # --- writers (ROS threads) --------------------------------------------------------------
