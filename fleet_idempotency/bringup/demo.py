@@ -29,9 +29,10 @@ import yaml
 from fleet_idempotency.bringup.audit import audit_orchestrator
 from fleet_idempotency.bringup.faults import CrashInjector, MisbehavingClient, crash_schedule
 from fleet_idempotency.bringup.fleet_config import FaultSettings, FleetConfig, load_fleet
-from fleet_idempotency.bringup.plan import launch_plan
+from fleet_idempotency.bringup.plan import http_url, launch_plan
 from fleet_idempotency.bringup.processes import FleetProcesses
 from fleet_idempotency.bringup.report import RunFigures, check_invariants, render
+from fleet_idempotency.http.ports import available_port
 from fleet_idempotency.orchestrator.core import robot_key
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.ros.fleet_client import FleetClient, NoAnswer
@@ -62,6 +63,8 @@ class DemoOptions:
     wait_timeout_s: float = 5.0
     progress_period_s: float = 2.0
     keep_store: bool = False
+    http: bool = True  # start the HTTP API beside the orchestrator, and print its URL
+    http_port: int | None = None
 
 
 class Demo:
@@ -126,12 +129,23 @@ class Demo:
             rclpy.init(context=context, domain_id=domain_id)
             client: FleetClient | None = None
             try:
+                plan = launch_plan(
+                    fleet,
+                    fleet_file=fleet_file,
+                    store_dir=self.store_dir,
+                    with_http=self.options.http,
+                    http_port=self.options.http_port
+                    or available_port(fleet.http.host, fleet.http.port),
+                )
                 processes.start_plan(
-                    launch_plan(fleet, fleet_file=fleet_file, store_dir=self.store_dir),
+                    plan,
                     fleet_file=fleet_file,
                     store_dir=self.store_dir,
                     host_agents=self.options.host_agents,
                 )
+                url = http_url(plan, fleet)
+                if url:
+                    self.out(f"HTTP API and fleet page: {url} (OpenAPI: {url}docs)")
                 client = FleetClient(context, "demo_client")
                 self._watch(client, fleet)
                 client.wait_for_services(timeout_s=90.0)

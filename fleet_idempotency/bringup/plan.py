@@ -93,8 +93,11 @@ def launch_plan(
     robots: list[str] | None = None,
     with_orchestrator: bool = True,
     with_world: bool = True,
+    with_http: bool = True,
+    http_port: int | None = None,
 ) -> list[NodeSpec]:
-    """Every node of the fleet: world simulator, orchestrator, one agent per robot."""
+    """Every node of the fleet: world simulator, orchestrator, one agent per robot, and
+    the HTTP API beside the orchestrator (``http_port``: None, the fleet file's)."""
     chosen = [r for r in fleet.robots if robots is None or r.id in robots]
     unknown = sorted(set(robots or []) - {r.id for r in fleet.robots})
     if unknown:
@@ -129,7 +132,20 @@ def launch_plan(
         plan.append(
             agent_node(fleet, robot, store_dir=store_dir, time_scale=time_scale, robot_index=index)
         )
+    if with_orchestrator and with_http:
+        port = fleet.http.port if http_port is None else http_port
+        plan.append(
+            NodeSpec("http_api", "http_api", "", {"fleet_file": str(fleet_file), "port": port})
+        )
     return plan
+
+
+def http_url(plan: list[NodeSpec], fleet: FleetConfig) -> str | None:
+    """Where the plan's HTTP API (and fleet page) listens; None without one."""
+    for spec in plan:
+        if spec.executable == "http_api":
+            return f"http://{fleet.http.host}:{spec.parameters['port']}/"
+    return None
 
 
 def parameters_as_launch(spec: NodeSpec) -> list[dict[str, Any]]:
