@@ -21,6 +21,7 @@ from rclpy.node import Node
 
 from fleet_idempotency.agent.core import AgentCore
 from fleet_idempotency.agent.dedup_window import RecentDeliveries
+from fleet_idempotency.agent.diagnostics import StoreDiagnostics
 from fleet_idempotency.commands import COMMAND_TYPES
 from fleet_idempotency.msg import CommandResult, FleetCommand, RobotStatus
 from fleet_idempotency.protocol import Answer
@@ -88,6 +89,7 @@ class AgentDriver(Node):
         timers = MutuallyExclusiveCallbackGroup()
         self.create_timer(p["status_period_s"], self._publish_status, callback_group=timers)
         self.create_timer(p["gc_period_s"], self._collect_garbage, callback_group=timers)
+        StoreDiagnostics(self, self.robot_id, self.store, self.core.counters, timers)
         self.core.start()
         self._announce_timer = self.create_timer(
             0.2, self._announce_recovered, callback_group=timers

@@ -2,8 +2,8 @@
 
 Calls ``/fleet/submit_command`` (SubmitCommand) and ``/fleet/check_key`` (CheckKey) of
 the orchestrator, ``/world/state`` (GetWorldState) of the simulator; follows
-``/fleet/events``, ``/fleet/results`` and ``/fleet/<robot>/status``. Depends on nothing
-else of the orchestrator, so either can be restarted or reworked alone.
+``/fleet/events``, ``/fleet/results``, ``/fleet/<robot>/status`` and ``/diagnostics``.
+Depends on nothing else of the orchestrator, so either can be restarted or reworked alone.
 
     ros2 run fleet_idempotency http_api --ros-args -p port:=8080
 
@@ -24,6 +24,7 @@ from typing import Any
 
 import rclpy
 import uvicorn
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
@@ -93,6 +94,7 @@ class HttpApiNode(Node):
         )
         for robot in fleet.robots:
             self.create_subscription(RobotStatus, f"/fleet/{robot.id}/status", self._on_status, 10)
+        self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self.app = create_app(
             gateway=self,
             view=self.view,
@@ -158,6 +160,13 @@ class HttpApiNode(Node):
                 "current_key": message.current_key,
             }
         )
+
+    def _on_diagnostics(self, message: DiagnosticArray) -> None:
+        for status in message.status:
+            if status.name.endswith(": idempotency store"):
+                for pair in status.values:
+                    if pair.key == "records" and pair.value.isdigit():
+                        self.metrics.store_records.labels(status.hardware_id).set(int(pair.value))
 
     # --- FleetGateway -----------------------------------------------------------------------
     async def _call(

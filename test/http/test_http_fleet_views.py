@@ -109,6 +109,8 @@ def test_robots_events_paged_and_streamed_and_metrics(
     assert metrics[("fleet_event_log_sequence", ())] >= max(sequences)
     assert ("fleet_robot_queue_depth", (("robot_id", "amr_1"),)) in metrics
     assert metrics[("fleet_robot_capacity", (("robot_id", "forklift_1"),))] == 4
+    # From the agents' /diagnostics.
+    assert metrics[("fleet_robot_store_records", (("robot_id", "amr_1"),))] >= 1
 
 
 def _fleet_robots() -> list[Any]:
