@@ -102,3 +102,17 @@ def test_bad_key_configuration_is_refused_with_a_reason(value: str) -> None:
 def test_env_entries_are_split_on_the_first_equals_sign() -> None:
     (entry,) = parse_env_keys(f"wms={KEY}=tail")
     assert entry.client_id == "wms" and entry.key == f"{KEY}=tail"
+
+
+def test_the_demo_http_client_reads_answers_as_submit_responses() -> None:
+    from fleet_idempotency.bringup.http_client import reply_from_http
+
+    final = reply_from_http(
+        200, {"idempotent-replayed": "true"}, b'{"state":"completed","result":{"b":1,"a":2}}'
+    )
+    assert (final.state, final.status_code, final.replayed) == (3, 200, True)
+    assert final.result_json == '{"a": 2, "b": 1}'  # as the robot's store encodes it
+    failed = reply_from_http(500, {}, b'{"command":{"state":"failed","result":{"error":"x"}}}')
+    assert (failed.state, failed.result_json) == (4, '{"error": "x"}')
+    refused = reply_from_http(422, {}, b'{"detail":"reused","status":422}')
+    assert (refused.state, refused.message, refused.result_json) == (6, "reused", "")
