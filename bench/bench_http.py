@@ -40,6 +40,9 @@ BIN = Path(sys.prefix) / "bin"
 ROS_CLIENT = "bench_ros"
 HTTP_CLIENT = "local"  # the HTTP API's caller without API keys
 WAIT_S = 10.0
+# httpx writes a request's headers and body separately: without TCP_NODELAY, Nagle's
+# algorithm holds the body until the server's delayed ACK (tens of ms on Linux).
+NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 
 
 def free_port() -> int:
@@ -55,6 +58,7 @@ class Paths:
         self.http = http
         self.robot = robot
         self.dock = {"dock": dock_of(robot)}
+        self.fleet_s: list[float] = []  # the SubmitCommand call's share (Server-Timing)
 
     def via_ros(self, key: str) -> float:
         started = time.perf_counter()
@@ -76,6 +80,7 @@ class Paths:
         elapsed = time.perf_counter() - started
         if answer.status_code != 200 or answer.json()["state"] != "completed":
             raise SystemExit(f"HTTP {key}: {answer.status_code} {answer.text}")
+        self.fleet_s.append(float(answer.headers["server-timing"].split("dur=")[1]) / 1e3)
         return elapsed
 
 
@@ -83,7 +88,11 @@ async def http_window(base_url: str, robot: str, keys: list[str], window: int) -
     limit = asyncio.Semaphore(window)
     body = {"command_type": "dock", "payload": {"dock": dock_of(robot)}, "wait_timeout_sec": 30}
     async with httpx.AsyncClient(
-        base_url=base_url, timeout=60, limits=httpx.Limits(max_connections=window)
+        base_url=base_url,
+        timeout=60,
+        transport=httpx.AsyncHTTPTransport(
+            socket_options=NODELAY, limits=httpx.Limits(max_connections=window)
+        ),
     ) as client:
 
         async def one(key: str) -> None:
@@ -109,11 +118,13 @@ def run(paths: Paths, base_url: str, options: argparse.Namespace) -> list[tuple[
         paths.via_ros(f"warm-ros-{index}")
         paths.via_http(f"warm-http-{index}")
     ros, http = [], []
+    paths.fleet_s.clear()
     for index in range(options.latency_commands):
         ros.append(paths.via_ros(f"lat-ros-{index}"))
         http.append(paths.via_http(f"lat-http-{index}"))
     report("ros_submit_to_final", ros)
     report("http_submit_to_final", http)
+    report("http_node_submitcommand_call", paths.fleet_s)
     overhead = statistics.median(http) - statistics.median(ros)
     print(f"http_overhead_p50_ms={overhead * 1e3:.3f}")
 
@@ -203,7 +214,9 @@ def main() -> None:
         try:
             started = time.perf_counter()
             ros.wait_for_services(timeout_s=90)
-            with httpx.Client(base_url=base_url, timeout=60) as http:
+            with httpx.Client(
+                base_url=base_url, timeout=60, transport=httpx.HTTPTransport(socket_options=NODELAY)
+            ) as http:
                 deadline = time.monotonic() + 60
                 while True:
                     try:

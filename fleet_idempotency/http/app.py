@@ -287,6 +287,7 @@ def _command_routes(app: FastAPI, api: Api) -> None:
             api.slots.release(caller.client_id)
         api.metrics.submits.labels(outcome_of(reply.status_code, reply.replayed)).inc()
         _time_new_submit(api.metrics, call, reply, started)
+        fleet_ms = (time.monotonic() - started) * 1e3
         if reply.status_code == 422:
             raise await _mismatch(api.gateway, call, fingerprint, reply.message)
         answer = submit_answer(
@@ -297,7 +298,10 @@ def _command_routes(app: FastAPI, api: Api) -> None:
             fingerprint=fingerprint,
             retry_after_s=api.settings.retry_after_s,
         )
-        return _answer_response(answer)
+        response = _answer_response(answer)
+        # How long the fleet (the SubmitCommand call) took of this answer (W3C Server-Timing).
+        response.headers["Server-Timing"] = f"fleet;dur={fleet_ms:.1f}"
+        return response
 
     @app.get("/v1/commands/{key:path}", summary="Status check of a key (reconciliation)")
     async def get_command(

@@ -25,7 +25,7 @@ from typing import Any
 import rclpy
 import uvicorn
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
@@ -83,11 +83,19 @@ class HttpApiNode(Node):
             ring_size=p["event_ring_size"],
             offline_after_s=fleet.orchestrator.offline_after_s,
         )
-        self._submit = self.create_client(
+        # The service clients live on a side node with an executor of its own: an answer
+        # is then handled without queueing behind the topic traffic (events, statuses)
+        # that this node's executor works through (see bench/bench_http.py).
+        self.calls = rclpy.create_node("http_api_calls", context=self.context)
+        self._submit = self.calls.create_client(
             SubmitCommand, "/fleet/submit_command", qos_profile=SERVICE_QOS
         )
-        self._check = self.create_client(CheckKey, "/fleet/check_key", qos_profile=SERVICE_QOS)
-        self._world = self.create_client(GetWorldState, "/world/state", qos_profile=SERVICE_QOS)
+        self._check = self.calls.create_client(
+            CheckKey, "/fleet/check_key", qos_profile=SERVICE_QOS
+        )
+        self._world = self.calls.create_client(
+            GetWorldState, "/world/state", qos_profile=SERVICE_QOS
+        )
         self.create_subscription(FleetEvent, "/fleet/events", self._on_event, RELIABLE_TOPIC_QOS)
         self.create_subscription(
             CommandResult, "/fleet/results", self._on_result, RELIABLE_TOPIC_QOS
@@ -272,28 +280,34 @@ def main(args: list[str] | None = None) -> None:
     for caught in (signal.SIGINT, signal.SIGTERM):
         signal.signal(caught, lambda *_: None)
     node: HttpApiNode | None = None
-    executor = MultiThreadedExecutor(num_threads=4)
-    spinner: threading.Thread | None = None
+    executors = [SingleThreadedExecutor(), SingleThreadedExecutor()]
+    spinners: list[threading.Thread] = []
     try:
         try:
             node = HttpApiNode()
         except (*STARTUP_ERRORS, ApiKeyError) as error:
             print(f"http_api: cannot start: {error}", file=sys.stderr)
             raise SystemExit(1) from None
-        executor.add_node(node)
-        spinner = threading.Thread(target=_spin, args=(executor,), name="ros", daemon=True)
-        spinner.start()
+        executors[0].add_node(node)
+        executors[1].add_node(node.calls)
+        for index, executor in enumerate(executors):
+            spinners.append(
+                threading.Thread(target=_spin, args=(executor,), name=f"ros-{index}", daemon=True)
+            )
+            spinners[-1].start()
         node.serve()
     finally:
-        executor.shutdown(timeout_sec=2.0)
-        if spinner is not None:
+        for executor in executors:
+            executor.shutdown(timeout_sec=2.0)
+        for spinner in spinners:
             spinner.join(timeout=5.0)
         if node is not None:
+            node.calls.destroy_node()
             node.destroy_node()
         rclpy.try_shutdown()
 
 
-def _spin(executor: MultiThreadedExecutor) -> None:
+def _spin(executor: SingleThreadedExecutor) -> None:
     try:
         executor.spin()
     except Exception:  # the context was shut down: nothing left to serve

@@ -85,10 +85,17 @@ def test_robots_events_paged_and_streamed_and_metrics(
         assert {"accepted", "dispatched", "result", "duplicate_suppressed"} <= kinds
         assert client.get("/v1/events", params={"after": -1}).status_code == 400
 
-        robots = {r["robot_id"]: r for r in client.get("/v1/robots").json()["robots"]}
+        def robots_now() -> dict[str, dict[str, Any]]:
+            return {r["robot_id"]: r for r in client.get("/v1/robots").json()["robots"]}
+
+        robots = robots_now()
+        deadline = time.monotonic() + 10
+        while robots["amr_1"]["pose"]["x"] != 10.0:  # its next status shows it at W2
+            assert time.monotonic() < deadline, robots["amr_1"]
+            time.sleep(0.1)
+            robots = robots_now()
         assert set(robots) == {s.id for s in _fleet_robots()}
         assert robots["amr_1"]["online"] and robots["amr_1"]["robot_type"] == "amr"
-        assert robots["amr_1"]["pose"]["x"] == 10.0, "at W2 after the move"
         assert robots["amr_1"]["capacity"] == 4 and not robots["amr_3"]["online"]
 
         world = client.get("/v1/world").json()
