@@ -260,7 +260,13 @@ class HttpApiNode(Node):
     def serve(self) -> None:
         """Run uvicorn in this (the main) thread until SIGINT/SIGTERM."""
         config = uvicorn.Config(
-            self.app, host=self.host, port=self.port, log_level="warning", access_log=False
+            self.app,
+            host=self.host,
+            port=self.port,
+            log_level="warning",
+            access_log=False,
+            # Open event streams never end by themselves: do not wait for them forever.
+            timeout_graceful_shutdown=2,
         )
         server = uvicorn.Server(config)
         auth = (

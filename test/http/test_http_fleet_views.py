@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import threading
 import time
 from typing import Any
 
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from support.fleet_harness import FleetHarness
@@ -118,6 +121,26 @@ def test_robots_events_paged_and_streamed_and_metrics(
     assert metrics[("fleet_robot_capacity", (("robot_id", "forklift_1"),))] == 4
     # From the agents' /diagnostics.
     assert metrics[("fleet_robot_store_records", (("robot_id", "amr_1"),))] >= 1
+
+
+def test_sigterm_stops_the_server_cleanly_with_an_event_stream_open(
+    fleet: FleetHarness, http_server: HttpServer
+) -> None:
+    http_server.start()
+    opened = threading.Event()
+
+    def listen() -> None:
+        with http_server.client() as client, client.stream("GET", "/v1/events/stream") as lines:
+            opened.set()
+            with contextlib.suppress(httpx.RemoteProtocolError):  # the server went away
+                for _line in lines.iter_lines():
+                    pass
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    assert opened.wait(10)
+    # An open stream never ends by itself: shutdown must not wait for it forever.
+    assert fleet.children.kill("http", signal.SIGTERM) == 0
 
 
 def _fleet_robots() -> list[Any]:
