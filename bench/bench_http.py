@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import rclpy
 from bench_orchestrator import dock_of, write_fleet
 
 from fleet_idempotency.bringup.report import percentile
+from fleet_idempotency.http.ports import available_port
 from fleet_idempotency.orchestrator.core import robot_key
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.ros.fleet_client import FleetClient
@@ -40,16 +40,6 @@ BIN = Path(sys.prefix) / "bin"
 ROS_CLIENT = "bench_ros"
 HTTP_CLIENT = "local"  # the HTTP API's caller without API keys
 WAIT_S = 10.0
-# httpx writes a request's headers and body separately: without TCP_NODELAY, Nagle's
-# algorithm holds the body until the server's delayed ACK (tens of ms on Linux).
-NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class Paths:
@@ -90,9 +80,7 @@ async def http_window(base_url: str, robot: str, keys: list[str], window: int) -
     async with httpx.AsyncClient(
         base_url=base_url,
         timeout=60,
-        transport=httpx.AsyncHTTPTransport(
-            socket_options=NODELAY, limits=httpx.Limits(max_connections=window)
-        ),
+        limits=httpx.Limits(max_connections=window),
     ) as client:
 
         async def one(key: str) -> None:
@@ -171,7 +159,7 @@ def main() -> None:
         env = isolated_environment(domain_id)
         (robot,) = write_fleet(scratch / "fleet.yaml", 1, 32)
         fleet_file = f"fleet_file:={scratch}/fleet.yaml"
-        port = free_port()
+        port = available_port("127.0.0.1", 0)
         logs = open(scratch / "children.log", "wb")  # noqa: SIM115
         children: list[subprocess.Popen[bytes]] = []
         for argv in (
@@ -214,9 +202,7 @@ def main() -> None:
         try:
             started = time.perf_counter()
             ros.wait_for_services(timeout_s=90)
-            with httpx.Client(
-                base_url=base_url, timeout=60, transport=httpx.HTTPTransport(socket_options=NODELAY)
-            ) as http:
+            with httpx.Client(base_url=base_url, timeout=60) as http:
                 deadline = time.monotonic() + 60
                 while True:
                     try:

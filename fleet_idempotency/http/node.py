@@ -32,6 +32,7 @@ from rclpy.signals import SignalHandlerOptions
 from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.resources import default_fleet_file
 from fleet_idempotency.msg import CommandResult, FleetEvent, RobotStatus
+from fleet_idempotency.ros.convert import time_to_epoch
 from fleet_idempotency.ros.node_main import STARTUP_ERRORS
 from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
@@ -47,10 +48,6 @@ LOOPBACK = "127.0.0.1"
 # The first send after discovery is sometimes lost with its reply: re-send soon.
 FIRST_RESEND_S = 1.0
 RESEND_S = 3.0
-
-
-def _seconds(stamp: Any) -> float:
-    return float(stamp.sec) + float(stamp.nanosec) * 1e-9
 
 
 class HttpApiNode(Node):
@@ -147,7 +144,7 @@ class HttpApiNode(Node):
                 "client_id": message.client_id,
                 "robot_id": message.robot_id,
                 "detail": detail,
-                "stamp": _seconds(message.stamp),
+                "stamp": time_to_epoch(message.stamp),
             }
         )
 
@@ -246,8 +243,8 @@ class HttpApiNode(Node):
             payload_sha256=response.payload_sha256,
             result_json=response.result_json,
             message=response.message,
-            created_at=_seconds(response.created_at),
-            expires_at=_seconds(response.expires_at),
+            created_at=time_to_epoch(response.created_at),
+            expires_at=time_to_epoch(response.expires_at),
         )
 
     async def world(self) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import Any
 
 import httpx
 import pytest
+
+from fleet_idempotency.http.ports import available_port
 
 from support.fleet_harness import BIN, STARTUP_TIMEOUT_S, FleetHarness
 from support.paths import FLEET_FILE
@@ -19,13 +20,6 @@ OPS_KEY = "ops-secret-0123456789abcdef"
 API_KEYS_ENV = f"wms={WMS_KEY},mes={MES_KEY}"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 class HttpServer:
     def __init__(self, fleet: FleetHarness) -> None:
         self.fleet = fleet
@@ -34,7 +28,7 @@ class HttpServer:
 
     def start(self, *, auth: bool = True, **parameters: Any) -> None:
         """Start ``http_api`` and wait until it serves and sees the robots' status."""
-        self.port = free_port()
+        self.port = available_port("127.0.0.1", 0)
         self.base_url = f"http://127.0.0.1:{self.port}"
         settings: dict[str, Any] = {
             "fleet_file": str(FLEET_FILE),
