@@ -206,7 +206,7 @@ def main() -> None:
                 deadline = time.monotonic() + 60
                 while True:
                     try:
-                        if http.get("/healthz").status_code == 200:
+                        if http.get("/readyz").status_code == 200:
                             break
                     except httpx.TransportError:
                         pass

@@ -128,7 +128,7 @@ class HttpFleetClient:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                with urllib.request.urlopen(f"{self.base_url}/healthz", timeout=2.0):
+                with urllib.request.urlopen(f"{self.base_url}/readyz", timeout=2.0):
                     return
             except (urllib.error.URLError, TimeoutError, ConnectionError):
                 if time.monotonic() > deadline:

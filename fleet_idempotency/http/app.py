@@ -431,6 +431,17 @@ def _page_routes(app: FastAPI, api: Api) -> None:
     async def healthz() -> JSONResponse:
         return JSONResponse({"status": "ok", "auth": api.api_keys.enabled})
 
+    @app.get("/readyz", summary="Readiness: the orchestrator's services are matched")
+    async def readyz() -> JSONResponse:
+        if not api.gateway.ready():
+            raise Problem(
+                503,
+                "orchestrator-unavailable",
+                "the orchestrator's services are not matched (yet)",
+                headers={"Retry-After": str(api.settings.retry_after_s)},
+            )
+        return JSONResponse({"status": "ready"})
+
     @app.get("/problems/{slug}", summary="What a problem type means", include_in_schema=False)
     async def problem_type(slug: str) -> PlainTextResponse:
         if slug not in PROBLEM_TYPES:

@@ -52,6 +52,10 @@ class KeyReport:
 
 
 class FleetGateway(Protocol):
+    def ready(self) -> bool:
+        """Whether the orchestrator's services are matched (a call may be answered)."""
+        ...
+
     async def submit(self, call: SubmitCall) -> SubmitReply: ...
 
     async def check(self, client_id: str, key: str) -> KeyReport: ...

@@ -174,6 +174,9 @@ class HttpApiNode(Node):
                         self.metrics.store_records.labels(status.hardware_id).set(int(pair.value))
 
     # --- FleetGateway -----------------------------------------------------------------------
+    def ready(self) -> bool:
+        return bool(self._submit.service_is_ready() and self._check.service_is_ready())
+
     async def _call(
         self, client: Any, request: Any, *, deadline_s: float, wait_s: float = 0.0
     ) -> Any:

@@ -126,7 +126,8 @@ def test_robots_events_paged_and_streamed_and_metrics(
 def test_sigterm_stops_the_server_cleanly_with_an_event_stream_open(
     fleet: FleetHarness, http_server: HttpServer
 ) -> None:
-    http_server.start()
+    http_server.start(ready=False)  # no orchestrator in this test
+    assert httpx.get(f"{http_server.base_url}/readyz").status_code == 503
     opened = threading.Event()
 
     def listen() -> None:

@@ -26,8 +26,9 @@ class HttpServer:
         self.port = 0
         self.base_url = ""
 
-    def start(self, *, auth: bool = True, **parameters: Any) -> None:
-        """Start ``http_api`` and wait until it serves and sees the robots' status."""
+    def start(self, *, auth: bool = True, ready: bool = True, **parameters: Any) -> None:
+        """Start ``http_api``; wait until it serves and (``ready``) until it has matched
+        the orchestrator's services, which discovery may take seconds to do."""
         self.port = available_port("127.0.0.1", 0)
         self.base_url = f"http://127.0.0.1:{self.port}"
         settings: dict[str, Any] = {
@@ -50,15 +51,16 @@ class HttpServer:
         self.fleet.children.spawn("http", args, env)
         process = self.fleet.children.processes["http"]
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        probe = "/readyz" if ready else "/healthz"
         while True:
             assert process.poll() is None, f"http_api exited:\n{self.fleet.children.log('http')}"
             try:
-                if httpx.get(f"{self.base_url}/healthz", timeout=1.0).status_code == 200:
+                if httpx.get(f"{self.base_url}{probe}", timeout=1.0).status_code == 200:
                     return
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail("http_api did not serve /healthz in time")
+                pytest.fail(f"http_api did not answer {probe} in time")
             time.sleep(0.1)
 
     def client(self, api_key: str | None = WMS_KEY, **kwargs: Any) -> httpx.Client:
