@@ -2,10 +2,13 @@
 
     ros2 launch fleet_idempotency fleet.launch.py [fleet:=my_fleet.yaml]
         [store_dir:=~/.ros/fleet_idempotency] [speed:=20] [keyring_dir:=~/.ros/fleet_keys]
+        [http:=false]
 
 ``speed`` is a speed-up of simulated time (20: twenty times faster than real time);
-empty keeps the fleet file's ``simulation.time_scale``. The node list comes from
-``fleet_idempotency.bringup.plan.launch_plan``, the same function ``fleet-idem up`` uses.
+empty keeps the fleet file's ``simulation.time_scale``. ``http:=false`` leaves out the
+HTTP API and fleet page (on by default, at the fleet file's ``http`` host and port).
+The node list comes from ``fleet_idempotency.bringup.plan.launch_plan``, the same
+function ``fleet-idem up`` uses.
 """
 
 from pathlib import Path
@@ -24,12 +27,14 @@ def _nodes(context: LaunchContext) -> list[Action]:
     fleet_file = Path(LaunchConfiguration("fleet").perform(context)).expanduser()
     store_dir = Path(LaunchConfiguration("store_dir").perform(context)).expanduser()
     speed = LaunchConfiguration("speed").perform(context)
+    with_http = LaunchConfiguration("http").perform(context).strip().lower() in ("true", "1")
     plan = launch_plan(
         load_fleet(fleet_file),
         fleet_file=fleet_file,
         store_dir=store_dir,
         time_scale=time_scale_for_speed(speed),
         keyring_dir=optional_path(LaunchConfiguration("keyring_dir").perform(context)),
+        with_http=with_http,
     )
     return launch_nodes(plan)
 
@@ -56,6 +61,11 @@ def generate_launch_description() -> LaunchDescription:
                 "keyring_dir",
                 default_value="",
                 description="keyrings from `fleet-idem keys init`; empty: commands unsigned",
+            ),
+            DeclareLaunchArgument(
+                "http",
+                default_value="true",
+                description="start the HTTP API and fleet page (false: leave them out)",
             ),
             OpaqueFunction(function=_nodes),
         ]

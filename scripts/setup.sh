@@ -45,6 +45,8 @@ missing_debian=()
 command -v cmake >/dev/null 2>&1 || missing_debian+=(cmake)
 command -v c++ >/dev/null 2>&1 || missing_debian+=(g++)
 command -v git >/dev/null 2>&1 || missing_debian+=(git)
+# The fleet page's test drives a real headless Chromium (Debian's, not a downloaded build).
+[ "$with_tests" = 1 ] && ! [ -x /usr/bin/chromium ] && missing_debian+=(chromium)
 if [ ${#missing_debian[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         say "installing Debian packages: ${missing_debian[*]}"

@@ -21,6 +21,7 @@ from rclpy.node import Node
 
 from fleet_idempotency.agent.core import AgentCore
 from fleet_idempotency.agent.dedup_window import RecentDeliveries
+from fleet_idempotency.agent.diagnostics import StoreDiagnostics
 from fleet_idempotency.agent.status_throttle import StatusThrottle
 from fleet_idempotency.auth import CommandVerifier, KeyringError, RobotKeyring, WatchedKeyring
 from fleet_idempotency.commands import COMMAND_TYPES
@@ -106,6 +107,7 @@ class AgentDriver(Node):
                 "no auth_keyring: commands are not authenticated, any DDS participant on "
                 "this domain can command this robot"
             )
+        StoreDiagnostics(self, self.robot_id, self.store, self.core.counters, timers, guard=guard)
         self.core.start()
         self._announce_timer = self.create_timer(
             0.2, guard.timer("announce_recovered", self._announce_recovered), callback_group=timers

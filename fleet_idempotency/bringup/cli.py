@@ -1,7 +1,7 @@
 """fleet-idem: run a simulated fleet without ros2 launch, and talk to it.
 
-    fleet-idem demo [--commands 400] [--speed 20] [--no-faults] [--host-agents]
-    fleet-idem up [--fleet FILE] [--store-dir DIR] [--speed 20]
+    fleet-idem demo [--commands 400] [--speed 20] [--no-faults] [--host-agents] [--no-http]
+    fleet-idem up [--fleet FILE] [--store-dir DIR] [--speed 20] [--no-http] [--http-port N]
     fleet-idem submit --robot amr_1 --type dock --payload '{"dock": "D1"}' [--key K] [--wait 30]
     fleet-idem check --key K [--client wms]
 
@@ -28,9 +28,10 @@ from fleet_idempotency.auth import FleetKeyring, KeyringError
 from fleet_idempotency.bringup.demo import Demo, DemoOptions
 from fleet_idempotency.bringup.fleet_config import FleetConfigError, load_fleet
 from fleet_idempotency.bringup.keys import fleet_keyring_path, provision, update
-from fleet_idempotency.bringup.plan import launch_plan, time_scale_for_speed
+from fleet_idempotency.bringup.plan import http_url, launch_plan, time_scale_for_speed
 from fleet_idempotency.bringup.processes import FleetProcesses
 from fleet_idempotency.bringup.resources import default_fleet_file
+from fleet_idempotency.http.ports import available_port
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.ros.fleet_client import FleetClient, NoAnswer
 
@@ -53,6 +54,10 @@ def _fleet_argument(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="simulated-time speed-up (default: the fleet file's time scale)",
+    )
+    parser.add_argument("--no-http", action="store_true", help="do not start the HTTP API")
+    parser.add_argument(
+        "--http-port", type=int, default=None, help="HTTP API port (default: the fleet file's)"
     )
 
 
@@ -188,6 +193,8 @@ def _demo(options: argparse.Namespace) -> int:
             orchestrator_crashes=options.orchestrator_crashes,
             seed=options.seed,
             keep_store=options.keep_store,
+            http=not options.no_http,
+            http_port=options.http_port,
         ),
         out=lambda line: print(line, flush=True),
     )
@@ -219,6 +226,8 @@ def _up(options: argparse.Namespace) -> int:
                 store_dir=store_dir,
                 time_scale=time_scale_for_speed(options.speed),
                 keyring_dir=keyring_dir,
+                with_http=not options.no_http,
+                http_port=options.http_port or available_port(fleet.http.host, fleet.http.port),
             )
             processes.start_plan(
                 plan,
@@ -237,6 +246,9 @@ def _up(options: argparse.Namespace) -> int:
                 f"fleet up: {len(fleet.robots)} robots ({', '.join(r.id for r in fleet.robots)})"
                 f"; stores and logs in {store_dir}"
             )
+            url = http_url(plan, fleet)
+            if url:
+                print(f"HTTP API and fleet page: {url} (OpenAPI: {url}docs)")
             print("in another shell:")
             print(f"  export ROS_DOMAIN_ID={domain_id} ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST")
             print('  fleet-idem submit --robot amr_1 --type dock --payload \'{"dock": "D1"}\'')

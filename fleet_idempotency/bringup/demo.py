@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import secrets
 import shutil
 import tempfile
 import threading
@@ -29,10 +30,12 @@ import yaml
 from fleet_idempotency.bringup.audit import audit_orchestrator
 from fleet_idempotency.bringup.faults import CrashInjector, MisbehavingClient, crash_schedule
 from fleet_idempotency.bringup.fleet_config import FaultSettings, FleetConfig, load_fleet
+from fleet_idempotency.bringup.http_client import HttpFleetClient
 from fleet_idempotency.bringup.keys import provision
-from fleet_idempotency.bringup.plan import launch_plan
+from fleet_idempotency.bringup.plan import http_url, launch_plan
 from fleet_idempotency.bringup.processes import FleetProcesses, Restart
 from fleet_idempotency.bringup.report import RunFigures, check_invariants, render
+from fleet_idempotency.http.ports import available_port
 from fleet_idempotency.orchestrator.core import robot_key
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.ros.fleet_client import FleetClient, NoAnswer
@@ -63,6 +66,9 @@ class DemoOptions:
     wait_timeout_s: float = 5.0
     progress_period_s: float = 2.0
     keep_store: bool = False
+    http: bool = True  # start the HTTP API beside the orchestrator, and print its URL
+    http_port: int | None = None
+    http_clients: int = 2  # the clients of the last N robots submit over HTTP instead of ROS
 
 
 class Demo:
@@ -89,6 +95,9 @@ class Demo:
             else None
         )
         self.store_dir = options.store_dir or Path(tempfile.mkdtemp(prefix="fleet-idem-demo-"))
+        # Same client id over HTTP (its API key maps to it) as over ROS: one key scope.
+        self._api_key = secrets.token_hex(16)
+        self._http: dict[str, HttpFleetClient] = {}
 
     # --- set-up -------------------------------------------------------------------------
     def _effective_fleet(self) -> tuple[FleetConfig, Path]:
@@ -122,9 +131,11 @@ class Demo:
             f"{self.store_dir}"
         )
         with lease_domain_id() as domain_id:
+            env = isolated_environment(domain_id)
+            env["FLEET_IDEM_API_KEYS"] = f"{CLIENT_ID}={self._api_key}"
             processes = FleetProcesses(
                 self.store_dir / "logs",
-                isolated_environment(domain_id),
+                env,
                 on_restart=self._restarted,
             )
             context = rclpy.Context()
@@ -133,18 +144,28 @@ class Demo:
             try:
                 keyring_dir = self.store_dir / "keys"
                 provision(fleet, keyring_dir)
+                plan = launch_plan(
+                    fleet,
+                    fleet_file=fleet_file,
+                    store_dir=self.store_dir,
+                    keyring_dir=keyring_dir,
+                    with_http=self.options.http,
+                    http_port=self.options.http_port
+                    or available_port(fleet.http.host, fleet.http.port),
+                )
                 processes.start_plan(
-                    launch_plan(
-                        fleet,
-                        fleet_file=fleet_file,
-                        store_dir=self.store_dir,
-                        keyring_dir=keyring_dir,
-                    ),
+                    plan,
                     fleet_file=fleet_file,
                     store_dir=self.store_dir,
                     host_agents=self.options.host_agents,
                     keyring_dir=keyring_dir,
                 )
+                url = http_url(plan, fleet)
+                if url:
+                    self.out(
+                        f"HTTP API and fleet page: {url}#token={self._api_key} (OpenAPI: {url}docs)"
+                    )
+                    self._start_http_clients(url, fleet)
                 client = FleetClient(context, "demo_client")
                 self._watch(client, fleet)
                 client.wait_for_services(timeout_s=90.0)
@@ -168,6 +189,13 @@ class Demo:
             figures=self.figures,
             resends_expected=self.options.faults and self.options.drop_results > 0,
         )
+        if self._http:
+            calls = sum(http.calls for http in self._http.values())
+            retried = sum(http.retried_503 for http in self._http.values())
+            self.out(
+                f"HTTP clients        {', '.join(self._http)}: {calls} calls, {retried} answered "
+                "503 (orchestrator down) and retried with the same key"
+            )
         self.out(render(self.figures, invariants, world))
         crashed = {n: c for n, c in exit_codes.items() if c not in (0, None)}
         if crashed:
@@ -187,6 +215,15 @@ class Demo:
             f"  !! supervisor restarted {restart.name} (exit code {restart.exit_code}, "
             f"restart #{restart.count}, after {restart.delay_s:.1f} s)"
         )
+
+    def _start_http_clients(self, url: str, fleet: FleetConfig) -> None:
+        count = min(self.options.http_clients, len(fleet.robots))
+        robots = [robot.id for robot in fleet.robots[len(fleet.robots) - count :]]
+        if not robots:
+            return
+        self._http = {robot_id: HttpFleetClient(url, self._api_key) for robot_id in robots}
+        next(iter(self._http.values())).wait_ready()
+        self.out(f"clients of {', '.join(robots)} submit over HTTP, the others over ROS")
 
     def _watch(self, client: FleetClient, fleet: FleetConfig) -> None:
         def on_result(result: Any) -> None:
@@ -329,15 +366,25 @@ class Demo:
 
     def _until_final(self, client: FleetClient, command: PlannedCommand) -> Any:
         started = time.monotonic()
+        over_http = self._http.get(command.robot_id)
         while True:
-            submitted = client.submit(
-                CLIENT_ID,
-                command.key,
-                command.robot_id,
-                command.command_type,
-                command.payload,
-                wait_timeout_s=self.options.wait_timeout_s,
-            )
+            if over_http is not None:
+                submitted = over_http.submit(
+                    command.key,
+                    command.robot_id,
+                    command.command_type,
+                    command.payload,
+                    wait_timeout_s=self.options.wait_timeout_s,
+                )
+            else:
+                submitted = client.submit(
+                    CLIENT_ID,
+                    command.key,
+                    command.robot_id,
+                    command.command_type,
+                    command.payload,
+                    wait_timeout_s=self.options.wait_timeout_s,
+                )
             response = submitted.response
             with self._lock:
                 self.figures.submit_calls += submitted.calls

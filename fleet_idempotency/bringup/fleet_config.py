@@ -67,6 +67,13 @@ class OrchestratorSection(_Section):
     retention_s: float = Field(default=86_400.0, gt=0)
 
 
+class HttpSection(_Section):
+    """Where the HTTP API (``http_api``) listens; without API keys it binds to localhost."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65_535)
+
+
 class FaultSettings(_Section):
     """Faults injected on purpose by simulations and tests (all off by default)."""
 
@@ -85,6 +92,7 @@ class FleetConfig(BaseModel):
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     orchestrator: OrchestratorSection = Field(default_factory=OrchestratorSection)
     faults: FaultSettings = Field(default_factory=FaultSettings)
+    http: HttpSection = Field(default_factory=HttpSection)
 
     @model_validator(mode="after")
     def _unique_robot_ids(self) -> FleetConfig:

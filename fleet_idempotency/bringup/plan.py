@@ -97,8 +97,11 @@ def launch_plan(
     with_orchestrator: bool = True,
     with_world: bool = True,
     keyring_dir: Path | None = None,
+    with_http: bool = True,
+    http_port: int | None = None,
 ) -> list[NodeSpec]:
-    """Every node of the fleet: world simulator, orchestrator, one agent per robot.
+    """Every node of the fleet: world simulator, orchestrator, one agent per robot, and
+    the HTTP API beside the orchestrator (``http_port``: None, the fleet file's).
 
     With ``keyring_dir`` (see ``bringup/keys.py``), the orchestrator signs every command
     and each robot executes only signed ones.
@@ -149,7 +152,20 @@ def launch_plan(
                 keyring_dir=keyring_dir,
             )
         )
+    if with_orchestrator and with_http:
+        port = fleet.http.port if http_port is None else http_port
+        plan.append(
+            NodeSpec("http_api", "http_api", "", {"fleet_file": str(fleet_file), "port": port})
+        )
     return plan
+
+
+def http_url(plan: list[NodeSpec], fleet: FleetConfig) -> str | None:
+    """Where the plan's HTTP API (and fleet page) listens; None without one."""
+    for spec in plan:
+        if spec.executable == "http_api":
+            return f"http://{fleet.http.host}:{spec.parameters['port']}/"
+    return None
 
 
 def parameters_as_launch(spec: NodeSpec) -> list[dict[str, Any]]:

@@ -17,6 +17,10 @@ def epoch_to_time(seconds: float) -> Time:
     return Time(sec=int(whole), nanosec=int((seconds - whole) * 1e9))
 
 
+def time_to_epoch(stamp: Time) -> float:
+    return float(stamp.sec) + float(stamp.nanosec) * 1e-9
+
+
 def delivery_from_msg(message: FleetCommand) -> Delivery:
     return Delivery(
         key=message.idempotency_key,

@@ -10,6 +10,7 @@ import pytest
 from fleet_idempotency.bringup.fleet_config import FleetConfigError, load_fleet, parse_fleet
 from fleet_idempotency.bringup.plan import (
     NodeSpec,
+    http_url,
     launch_node_arguments,
     launch_plan,
     time_scale_for_speed,
@@ -119,3 +120,18 @@ def test_launch_files_respawn_every_node_after_a_delay_and_never_rename_nodes(
         assert arguments["respawn"] is True and arguments["respawn_delay"] > 0
         assert "name" not in arguments
         assert arguments["parameters"] == [spec.parameters]
+
+
+def test_the_http_api_starts_beside_the_orchestrator_unless_turned_off(tmp_path: Path) -> None:
+    fleet = load_fleet(FLEET_FILE)
+    plan = launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path, http_port=9123)
+    (http,) = [spec for spec in plan if spec.executable == "http_api"]
+    assert http.parameters == {"fleet_file": str(FLEET_FILE), "port": 9123}
+    assert http_url(plan, fleet) == "http://127.0.0.1:9123/"
+    assert (
+        launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path)[-1].parameters["port"]
+        == fleet.http.port
+    )
+    without = launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path, with_http=False)
+    assert "http_api" not in {spec.executable for spec in without}
+    assert http_url(without, fleet) is None

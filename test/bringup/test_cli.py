@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+
 from fleet_idempotency.ros.dds_isolation import isolated_environment
 
 from support.ros_support import processes_mentioning, wait_for
@@ -81,6 +83,22 @@ def test_up_then_submit_twice_and_check(tmp_path: Path) -> None:
 
         unknown = run_client(["check", "--client", "ops", "--key", "never"], env, tmp_path)
         assert unknown.returncode == 1 and json.loads(unknown.stdout)["found"] is False
+
+        # The HTTP API started with the fleet; without API keys its caller is "local".
+        # A ROS submit and an HTTP retry of the same intent agree (one fingerprint).
+        url = re.search(r"HTTP API and fleet page: (\S+)", log_path.read_text())
+        assert url is not None, log_path.read_text()
+        dock = ["--robot", "amr_1", "--type", "dock", "--payload", '{"dock": "D2"}']
+        ros = run_client(["submit", "--client", "local", "--key", "same", *dock], env, tmp_path)
+        assert ros.returncode == 0, ros.stdout + ros.stderr
+        http = httpx.post(
+            f"{url.group(1)}v1/robots/amr_1/commands",
+            json={"command_type": "dock", "payload": {"dock": "D2"}},
+            headers={"Idempotency-Key": "same"},
+            timeout=30,
+        )
+        assert http.status_code == 200 and http.headers["idempotent-replayed"] == "true"
+        assert http.json()["result"] == json.loads(ros.stdout)["result"]
     finally:
         up.send_signal(signal.SIGINT)
         up.wait(timeout=60)

@@ -3,6 +3,7 @@ leaves no process behind. Real processes, real DDS, real kill -9s."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -58,6 +59,9 @@ def test_reduced_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     assert output.count("!! kill -9") == 3
     assert "160 planned" in output
     assert "lost results were recovered by re-sends" in output
+    # Some clients submit over the HTTP API, with the same key scope as the ROS clients.
+    http_calls = re.search(r"HTTP clients +amr_3, arm_1: (\d+) calls", output)
+    assert http_calls is not None and int(http_calls.group(1)) > 0, output
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,12 @@ def test_wheel_installs_into_a_clean_venv(tmp_path: Path, ros_domain: int) -> No
     assert "linux" in wheel.name, (
         "the wheel carries compiled type support: must be platform-specific"
     )
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = set(archive.namelist())
+    page = {
+        f"fleet_idempotency/http/static/{name}" for name in ("index.html", "app.js", "style.css")
+    }
+    assert page <= shipped, "the fleet page ships as package data"
 
     clean = tmp_path / "clean-venv"
     venv.create(clean, with_pip=True)

@@ -1,0 +1,92 @@
+"""An agent's store counters on ``/diagnostics`` (diagnostic_msgs/DiagnosticArray).
+
+What ROS users' tools (rqt_robot_monitor, diagnostic_aggregator) expect from a node: one
+DiagnosticStatus per period, named after the node, ``hardware_id`` the robot, with the
+store's counters and sizes as key/value pairs. ``store_status`` decides level and message
+from plain data; ``StoreDiagnostics`` is the thin ROS side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.callback_groups import CallbackGroup
+from rclpy.node import Node
+
+from fleet_idempotency.ros.guard import CallbackGuard
+from fleet_idempotency.store import IdempotencyStore
+
+OK, WARN = 0, 1  # DiagnosticStatus.OK / WARN (bytes in the generated message)
+PERIOD_S = 1.0
+# Store figures worth a glance, in this order; the agent's own counters follow.
+STORE_KEYS = (
+    "records",
+    "tombstones",
+    "in_flight",
+    "claims",
+    "replays",
+    "in_progress_hits",
+    "mismatches",
+    "expired_hits",
+    "releases",
+    "finishes",
+    "gc_purged",
+    "recovered_resumed",
+    "recovered_interrupted",
+    "store_full",
+    "used_bytes",
+    "claim_limit_bytes",
+)
+WARN_USED_FRACTION = 0.8
+
+
+def store_status(
+    stats: Mapping[str, Any], agent_counters: Mapping[str, int]
+) -> tuple[int, str, list[tuple[str, str]]]:
+    """(level, message, key/values) for one robot's store."""
+    values = [(name, str(stats[name])) for name in STORE_KEYS if name in stats]
+    values += [(f"agent.{name}", str(count)) for name, count in sorted(agent_counters.items())]
+    limit = int(stats.get("claim_limit_bytes") or 0)
+    used = int(stats.get("used_bytes") or 0)
+    if int(stats.get("store_full") or 0) > 0:
+        return WARN, "store refused claims (full) since start", values
+    if limit and used > WARN_USED_FRACTION * limit:
+        return WARN, f"store {used / limit:.0%} of its claim limit", values
+    return OK, f"{stats.get('records', 0)} keys, {stats.get('in_flight', 0)} in flight", values
+
+
+class StoreDiagnostics:
+    """Publishes one robot's store status on /diagnostics every ``PERIOD_S``."""
+
+    def __init__(
+        self,
+        node: Node,
+        robot_id: str,
+        store: IdempotencyStore,
+        agent_counters: Mapping[str, int],
+        callback_group: CallbackGroup | None = None,
+        *,
+        guard: CallbackGuard | None = None,
+    ) -> None:
+        self._node = node
+        self._robot_id = robot_id
+        self._store = store
+        self._agent_counters = agent_counters
+        self._publisher = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        tick = guard.timer("diagnostics", self.publish) if guard is not None else self.publish
+        node.create_timer(PERIOD_S, tick, callback_group=callback_group)
+
+    def publish(self) -> None:
+        level, message, values = store_status(self._store.stats(), dict(self._agent_counters))
+        status = DiagnosticStatus(
+            level=bytes([level]),
+            name=f"{self._node.get_fully_qualified_name()}: idempotency store",
+            message=message,
+            hardware_id=self._robot_id,
+            values=[KeyValue(key=key, value=value) for key, value in values],
+        )
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self._node.get_clock().now().to_msg()
+        self._publisher.publish(array)
