@@ -54,7 +54,16 @@ def main(argv: list[str] | None = None) -> None:
                 keyring_dir=options.keyring_dir,
             )
             overrides = [Parameter(name, value=value) for name, value in spec.parameters.items()]
-            agents.append(AgentDriver(namespace=spec.namespace, parameter_overrides=overrides))
+            # No parameter services on hosted agents: 25 agents' 150 services would be in
+            # the one executor's wait set, rebuilt on every wake-up (idle CPU). Their
+            # parameters come from the fleet file and are fixed at start anyway.
+            agents.append(
+                AgentDriver(
+                    namespace=spec.namespace,
+                    parameter_overrides=overrides,
+                    start_parameter_services=False,
+                )
+            )
         return agents
 
     run_nodes(

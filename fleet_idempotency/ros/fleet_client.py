@@ -23,6 +23,8 @@ from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 
 FIRST_RESEND_S = 3.0
+# After some answer arrived, how long to give the first send's answer to arrive as well.
+EARLIEST_ANSWER_GRACE_S = 1.0
 
 
 class NoAnswer(TimeoutError):
@@ -98,7 +100,16 @@ class FleetClient:
                 client.wait_for_service(timeout_sec=min(0.5, remaining))
                 continue
             if answered.wait(wait_s):
-                done = next(f for f in futures if f.done())
+                # Prefer the earliest send's answer: a re-send that overtook a slow first
+                # request is a duplicate at the server (409, then "replayed"), while the
+                # caller asked once. Waits on one key all end at the same finish, so the
+                # first request's answer follows within moments.
+                first = futures[0]
+                if not first.done():
+                    settled = threading.Event()
+                    first.add_done_callback(lambda _f, event=settled: event.set())
+                    settled.wait(EARLIEST_ANSWER_GRACE_S)
+                done = first if first.done() else next(f for f in futures if f.done())
                 for future in futures:
                     if not future.done():
                         client.remove_pending_request(future)
