@@ -414,17 +414,17 @@ class OrchestratorCore:
                 )
             except StoreError as error:
                 self.counters["finish_errors"] += 1
-                self._append(EventType.RESULT, command, {"error": str(error)})
+                self._journal.append(EventType.RESULT, command, {"error": str(error)})
                 return
             kind = EventType.INTERRUPTED if answer.state == State.INTERRUPTED else EventType.RESULT
-            self._append(kind, command, result_detail(record))
+            self._journal.append(kind, command, result_detail(record))
             self.counters[f"final_{answer.state.name.lower()}"] += 1
             with self._lock:
                 self._by_client_key.pop(client_key, None)
             return
         if answer.status_code in (BUSY, STORE_FULL):
             self.counters["robot_busy"] += 1
-            self._append(
+            self._journal.append(
                 EventType.BUSY,
                 command,
                 {"status_code": answer.status_code},
@@ -484,15 +484,6 @@ class OrchestratorCore:
         return self._dispatcher.pending()
 
     # --- events ---------------------------------------------------------------------------
-    def _append(
-        self,
-        kind: EventType,
-        command: PendingCommand,
-        detail: dict[str, Any],
-        discriminator: str = "",
-    ) -> None:
-        self._journal.append(kind, command, detail, discriminator)
-
     def _append_for(
         self,
         kind: EventType,

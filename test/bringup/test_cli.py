@@ -31,27 +31,37 @@ def run_client(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Co
     )
 
 
-def test_up_then_submit_twice_and_check(tmp_path: Path) -> None:
-    store = tmp_path / "fleet"
-    log_path = tmp_path / "up.log"
+def start_up(store: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    """`fleet-idem up` in the background, as a user starts it, logging to ``log_path``."""
     with log_path.open("w") as log:
-        up = subprocess.Popen(
+        return subprocess.Popen(
             [str(BIN / "fleet-idem"), "up", "--speed", "100", "--store-dir", str(store)],
             stdout=log,
             stderr=subprocess.STDOUT,
-            cwd=tmp_path,
+            cwd=log_path.parent,
         )
+
+
+def client_env(log_path: Path) -> dict[str, str]:
+    """The environment a second shell gets from the domain `fleet-idem up` printed."""
+    line = wait_for(
+        lambda: re.search(r"ROS_DOMAIN_ID=(\d+)", log_path.read_text()),
+        timeout_s=60,
+        what="fleet-idem up to print its domain",
+    )
+    return {
+        **os.environ,
+        "ROS_DOMAIN_ID": line.group(1),
+        "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+    }
+
+
+def test_up_then_submit_twice_and_check(tmp_path: Path) -> None:
+    store = tmp_path / "fleet"
+    log_path = tmp_path / "up.log"
+    up = start_up(store, log_path)
     try:
-        line = wait_for(
-            lambda: re.search(r"ROS_DOMAIN_ID=(\d+)", log_path.read_text()),
-            timeout_s=60,
-            what="fleet-idem up to print its domain",
-        )
-        env = {
-            **os.environ,
-            "ROS_DOMAIN_ID": line.group(1),
-            "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
-        }
+        env = client_env(log_path)
         submit = [
             "submit",
             "--client",
@@ -117,24 +127,9 @@ def _pid_of(fragment: str, store: Path) -> int:
 def test_up_restarts_a_killed_node_and_sigkill_of_up_leaves_no_node(tmp_path: Path) -> None:
     store = tmp_path / "fleet"
     log_path = tmp_path / "up.log"
-    with log_path.open("w") as log:
-        up = subprocess.Popen(
-            [str(BIN / "fleet-idem"), "up", "--speed", "100", "--store-dir", str(store)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=tmp_path,
-        )
+    up = start_up(store, log_path)
     try:
-        line = wait_for(
-            lambda: re.search(r"ROS_DOMAIN_ID=(\d+)", log_path.read_text()),
-            timeout_s=60,
-            what="fleet-idem up to print its domain",
-        )
-        env = {
-            **os.environ,
-            "ROS_DOMAIN_ID": line.group(1),
-            "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
-        }
+        env = client_env(log_path)
         victim = _pid_of("robot_id:=amr_1", store)
         os.kill(victim, signal.SIGKILL)
         wait_for(
