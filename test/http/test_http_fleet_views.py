@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from support.fleet_harness import FleetHarness
 from support.http_harness import OPS_KEY, HttpServer, post_command
+from support.ros_support import wait_for
 
 
 def metric_values(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -119,8 +120,15 @@ def test_robots_events_paged_and_streamed_and_metrics(
     assert metrics[("fleet_event_log_sequence", ())] >= max(sequences)
     assert ("fleet_robot_queue_depth", (("robot_id", "amr_1"),)) in metrics
     assert metrics[("fleet_robot_capacity", (("robot_id", "forklift_1"),))] == 4
-    # From the agents' /diagnostics.
-    assert metrics[("fleet_robot_store_records", (("robot_id", "amr_1"),))] >= 1
+    # From the agents' /diagnostics, published once a second: the first one after amr_1
+    # stored its records may still be on its way.
+    records = ("fleet_robot_store_records", (("robot_id", "amr_1"),))
+    with http_server.client(OPS_KEY) as ops:
+        wait_for(
+            lambda: metric_values(ops.get("/metrics").text).get(records, 0) >= 1,
+            timeout_s=15,
+            what="amr_1's store size from its /diagnostics",
+        )
 
 
 def test_sigterm_stops_the_server_cleanly_with_an_event_stream_open(
