@@ -149,7 +149,7 @@ class FleetProcesses:
             return
         with self._lock:
             if self.children.get(name) is not child:
-                return  # replaced by an explicit restart meanwhile
+                return  # replaced by a new start() of the same name meanwhile
             lived_s = time.monotonic() - child.started_at
             delay = self.respawn_delay_s if lived_s >= STABLE_AFTER_S else child.delay_s
         clean_dds_shared_memory()
@@ -193,10 +193,6 @@ class FleetProcesses:
         child.process.wait()
         if not self.respawn:
             clean_dds_shared_memory()
-
-    def restart(self, name: str) -> None:
-        """Start ``name`` again now (without supervision, the way back after ``crash``)."""
-        self.start(name, self.children[name].argv)
 
     def alive(self, name: str) -> bool:
         return self.children[name].process.poll() is None

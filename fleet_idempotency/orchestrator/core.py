@@ -371,9 +371,6 @@ class OrchestratorCore:
         """Append every deferred event in one durable commit (and publish them)."""
         self._journal.flush()
 
-    def events_pending(self) -> bool:
-        return self._journal.has_pending()
-
     def next_deadline(self) -> float | None:
         """The clock time (``clock``) at which ``dispatch`` next has work without new input."""
         return self._dispatcher.next_deadline()

@@ -22,8 +22,7 @@ import itertools
 import random
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -153,14 +152,6 @@ class Dispatcher:
         self._order = itertools.count()
         # Robots that came back, noticed by a status or result between two ``due()`` calls.
         self._changes: list[OnlineChange] = []
-
-    @contextmanager
-    def locked(self) -> Iterator[None]:
-        with self._lock:
-            yield
-
-    def lane(self, robot_id: str) -> RobotLane | None:
-        return self.lanes.get(robot_id)
 
     def _at(self, when: float, kind: int, robot_id: str, robot_key: str = "") -> None:
         heapq.heappush(self._timed, (when, next(self._order), kind, robot_id, robot_key))

@@ -116,10 +116,6 @@ class Journal:
         with self._pending_lock:
             self._pending.extend(events)
 
-    def has_pending(self) -> bool:
-        with self._pending_lock:
-            return bool(self._pending)
-
     def flush(self) -> None:
         """Append everything deferred so far in one durable commit, then publish it."""
         self.emit([])
