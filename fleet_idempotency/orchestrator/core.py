@@ -429,12 +429,14 @@ class OrchestratorCore:
             )
             return
         # Refused before any side effect (or forgotten by the robot): release our claim
-        # too, so that the client may fix the command or retry it.
+        # too, so that the client may fix the command or retry it. The refusal is noted
+        # first: the release wakes the submits waiting on this key, and they read it.
+        with self._lock:
+            self._rejections[client_key] = (answer.status_code, answer.message)
         with contextlib.suppress(NotClaimed, UnknownKey):
             self.store.release(command.client_id, command.key)
         with self._lock:
             self._by_client_key.pop(client_key, None)
-            self._rejections[client_key] = (answer.status_code, answer.message)
         kind = EventType.EXPIRED if answer.status_code == GONE else EventType.REJECTED
         self.counters[f"robot_{kind.value}"] += 1
         # At once: restore could not tell a released key's end from the log alone.

@@ -398,6 +398,26 @@ def test_robot_refusal_releases_the_key_and_check_key_explains(
     assert replayed.keys[("wms", "k-bad")].state == State.ACCEPTED
 
 
+def test_a_submit_woken_by_the_refusal_reads_the_refusal(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    fleet = make_fleet()
+    # A waiting submit wakes the instant the store releases the key; whatever it reads
+    # then is what it answers. Read at that instant, from inside the release.
+    woken_with: list[Any] = []
+    release = fleet.orch_store.release
+
+    def release_then_read(client_id: str, key: str) -> Any:
+        released = release(client_id, key)
+        woken_with.append(fleet.orchestrator.final_answer(client_id, key, 0.0))
+        return released
+
+    fleet.orch_store.release = release_then_read  # type: ignore[method-assign]
+    assert fleet.submit("wms", "k-bad", "forklift_1", "pick", {"slot": "S1"}).status_code == 202
+    fleet.run_until(lambda: woken_with, "the refusal")
+    assert woken_with[0] is not None and woken_with[0].status_code == 400
+
+
 def test_check_key_points_at_the_robot_while_in_flight(make_fleet: Callable[..., Fleet]) -> None:
     fleet = make_fleet(time_scale=0.05)
     fleet.submit("wms", "k-far", "amr_3", "move_to_waypoint", {"waypoint": "W8"})
