@@ -47,6 +47,8 @@ command -v c++ >/dev/null 2>&1 || missing_debian+=(g++)
 command -v git >/dev/null 2>&1 || missing_debian+=(git)
 # The fleet page's test drives a real headless Chromium (Debian's, not a downloaded build).
 [ "$with_tests" = 1 ] && ! [ -x /usr/bin/chromium ] && missing_debian+=(chromium)
+# The PostgreSQL backend's tests start a throwaway server from Debian's binaries.
+[ "$with_tests" = 1 ] && ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null && missing_debian+=(postgresql)
 if [ ${#missing_debian[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         say "installing Debian packages: ${missing_debian[*]}"
