@@ -46,6 +46,8 @@ class Delivery:
     # The orchestrator's HMAC over the command (auth/signing.py); empty when unsigned.
     auth_key_id: str = ""
     auth_tag: str = ""
+    # The sending replica's lease token on this robot (0: no lease, a lone orchestrator).
+    fencing_token: int = 0
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,8 @@ from fleet_idempotency.store import (
 )
 
 from .executor import AnswerSink, Executor, Load, Logger, Work
+from .fencing import META_NAME as FENCE_META
+from .fencing import FencingGate
 
 __all__ = ["AgentCore", "AnswerSink", "Load", "Logger"]
 
@@ -75,6 +77,10 @@ class AgentCore:
         # None: an unauthenticated fleet (every command accepted, as before keyrings).
         self.verifier = verifier
         self.counters: Counter[str] = Counter()
+        self.fence = FencingGate(
+            lambda: store.read_meta(FENCE_META),
+            lambda value: store.write_meta(FENCE_META, value),
+        )
         self._executor = Executor(
             backend=backend,
             store=store,
@@ -139,6 +145,8 @@ class AgentCore:
                         f"{self.counters['auth_rejected']} so far"
                     )
                 return None
+        if not self._admitted_by_fence(delivery):
+            return None
         if self._dedup is not None and self._dedup.is_repeat(
             (delivery.key, delivery.attempt, delivery.payload_json, delivery.command_type)
         ):
@@ -150,6 +158,27 @@ class AgentCore:
             self.counters["replays"] += 1
         self._publish(answer)
         return answer
+
+    def _admitted_by_fence(self, delivery: Delivery) -> bool:
+        try:
+            if self.fence.admit(delivery.fencing_token):
+                return True
+        except StoreError as error:
+            # The fence could not be raised durably: run nothing under the new token.
+            self.counters["store_errors"] += 1
+            self._log.error(f"could not record fencing token {delivery.fencing_token}: {error}")
+            return False
+        self.counters["fenced_stale"] += 1
+        if (
+            self.counters["fenced_stale"] in (1, 10, 100)
+            or not self.counters["fenced_stale"] % 1000
+        ):
+            self._log.warning(
+                f"dropped a command with fencing token {delivery.fencing_token} below "
+                f"{self.fence.highest} (a replica that lost its lease); "
+                f"{self.counters['fenced_stale']} so far"
+            )
+        return False
 
     def _answer(self, delivery: Delivery) -> Answer:
         try:

@@ -1,7 +1,7 @@
 """The canonical bytes of a command, its HMAC-SHA256 tag, and checking it on the robot.
 
 Covered: every field that decides what the robot does or for whom (key id, robot, client,
-idempotency key, command type, payload, attempt), each length-prefixed so no two
+idempotency key, command type, payload, attempt, fencing token), each length-prefixed so no two
 different commands share an encoding. Not covered on purpose: ``payload_sha256`` (the
 robot recomputes it) and ``issued_at``. A captured command replayed later proves nothing
 new: its key makes it a duplicate, answered from the store. What the tag stops is a
@@ -20,7 +20,7 @@ from fleet_idempotency.protocol import Delivery
 
 from .keyring import FleetKeyring, RobotKeyring, derive_robot_key
 
-_DOMAIN = b"fleet_idempotency.command.v1"
+_DOMAIN = b"fleet_idempotency.command.v2"
 _LENGTH = struct.Struct(">I")
 
 
@@ -33,6 +33,9 @@ def canonical_command_bytes(key_id: str, delivery: Delivery) -> bytes:
         delivery.command_type,
         delivery.payload_json,
         str(delivery.attempt),
+        # Signed so that no one without the key can lift a stale replica's command over
+        # the robot's fence.
+        str(delivery.fencing_token),
     )
     parts = [_DOMAIN]
     for value in fields:

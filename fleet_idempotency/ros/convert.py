@@ -32,6 +32,7 @@ def delivery_from_msg(message: FleetCommand) -> Delivery:
         attempt=message.attempt,
         auth_key_id=message.auth_key_id,
         auth_tag=message.auth_tag,
+        fencing_token=message.fencing_token,
     )
 
 
@@ -47,6 +48,7 @@ def delivery_to_msg(delivery: Delivery, issued_at: Time | None = None) -> FleetC
         issued_at=issued_at or Time(),
         auth_key_id=delivery.auth_key_id,
         auth_tag=delivery.auth_tag,
+        fencing_token=delivery.fencing_token,
     )
 
 

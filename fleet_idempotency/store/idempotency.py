@@ -558,6 +558,17 @@ class IdempotencyStore:
                 break
         return total
 
+    # -- small named values beside the records ---------------------------------------------
+
+    def read_meta(self, name: str) -> bytes | None:
+        """A value stored with ``write_meta`` (None if never written)."""
+        with self._read() as view:
+            return view.get_meta(name)
+
+    def write_meta(self, name: str, value: bytes) -> None:
+        """Store ``value`` under ``name``, durably (same commit rules as a claim)."""
+        self._write(lambda view: view.put_meta(name, value))
+
     # -- plumbing -------------------------------------------------------------------------
 
     def _read(self) -> AbstractContextManager[ReadView]:

@@ -484,3 +484,39 @@ def test_only_commands_signed_for_this_robot_run_and_forgeries_are_answered_nowh
     assert answer is not None and answer.status_code == 202
     assert agent.final_answer("wms:k-1").state == State.COMPLETED
     assert world.side_effect_count("forklift_1", "wms:k-1") == 1
+
+
+def test_a_stale_replicas_commands_are_dropped_unanswered_and_the_fence_survives_a_restart(
+    make_agent: Callable[..., Agent], world: World
+) -> None:
+    agent = make_agent()
+
+    def fenced(key: str, token: int, waypoint: str) -> Delivery:
+        return Delivery(
+            key=key,
+            client_id="wms",
+            robot_id="forklift_1",
+            command_type="move_to_waypoint",
+            payload_json=json.dumps({"waypoint": waypoint}),
+            fencing_token=token,
+        )
+
+    first = agent.core.submit(fenced("wms:new-holder", 3, "W1"))
+    assert first is not None and first.status_code == 202
+    assert agent.final_answer("wms:new-holder").state == State.COMPLETED
+    # The replica that held the robot before (token 2) must not act after its successor.
+    assert agent.core.submit(fenced("wms:stale", 2, "W2")) is None
+    assert agent.store.check("forklift_1", "wms:stale") is None
+    assert not [answer for answer in agent.answers if answer.key == "wms:stale"]
+    assert agent.core.counters["fenced_stale"] == 1
+    # A lone orchestrator holds no lease (token 0): never fenced.
+    lone = agent.core.submit(fenced("wms:lone", 0, "W3"))
+    assert lone is not None and lone.status_code == 202
+    assert agent.final_answer("wms:lone").state == State.COMPLETED
+    agent.close()
+
+    restarted = make_agent()
+    assert restarted.core.fence.highest == 3
+    assert restarted.core.submit(fenced("wms:stale", 2, "W2")) is None
+    assert world.side_effect_count("forklift_1", "wms:stale") == 0
+    assert world.side_effect_count("forklift_1", "wms:new-holder") == 1

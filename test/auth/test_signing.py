@@ -45,6 +45,7 @@ def test_a_signed_command_is_authentic_for_its_robot_only() -> None:
         {"command_type": "place"},
         {"payload_json": '{"slot": "A2"}'},
         {"attempt": 2},
+        {"fencing_token": 7},
         {"auth_tag": "0" * 64},
     ],
     ids=lambda change: next(iter(change)),
