@@ -162,6 +162,8 @@ def problem_for_refusal(reply: SubmitReply, *, location: str, retry_after_s: int
         )
     if code == 429:
         return Problem(429, "busy", message, headers=retry)
+    if code == 503:
+        return Problem(503, "store-unavailable", message, headers=retry)
     if code == 507:
         return Problem(507, "store-full", message, headers=retry)
     if code == 400:

@@ -57,6 +57,10 @@ PROBLEM_TYPES: dict[str, tuple[str, str]] = {
         "Key store full",
         "The fleet refuses new keys until its store has room; retry later.",
     ),
+    "store-unavailable": (
+        "Key store unavailable",
+        "The fleet's database cannot be reached; nothing was accepted. Retry later.",
+    ),
     "command-refused": (
         "Command refused by the robot",
         "The robot refused before acting and the key was released: fix and resend.",

@@ -41,6 +41,7 @@ from fleet_idempotency.protocol import (
     GONE,
     MISMATCH,
     STORE_FULL,
+    UNAVAILABLE,
     Answer,
     Delivery,
     KeyStatus,
@@ -122,6 +123,7 @@ class OrchestratorCore:
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         signer: CommandSigner | None = None,
+        replicated: bool = False,
     ) -> None:
         self.settings = settings or OrchestratorSettings()
         # None: commands go unsigned (robots without a keyring accept them).
@@ -129,7 +131,12 @@ class OrchestratorCore:
         self.store = store
         self.events = events
         self._wall_clock = wall_clock
-        lanes = {spec.id: RobotLane(spec.id, spec.type, spec.capacity) for spec in fleet.robots}
+        # Replicated: no robot is ours until its lease is (``adopt``); see ``leases.py``.
+        self.replicated = replicated
+        lanes = {
+            spec.id: RobotLane(spec.id, spec.type, spec.capacity, held=not replicated)
+            for spec in fleet.robots
+        }
         self._dispatcher = Dispatcher(lanes, self.settings, clock=clock, rng=rng or random.Random())
         self._journal = Journal(events, on_event=on_event, wall_clock=wall_clock)
         # Guards the maps below; the dispatcher's own lock guards the lanes.
@@ -139,6 +146,11 @@ class OrchestratorCore:
         self._rejections: dict[tuple[str, str], tuple[int, str]] = {}
         self._duplicates: Counter[tuple[str, str]] = Counter()
         self.counters: Counter[str] = Counter()
+        # Replicated: the lease keeper's word on whether a robot is still ours right now
+        # (checked at each send: a lease may run out between two keeper steps).
+        self.lease_token: Callable[[str], int | None] | None = None
+        # Replicated: the last shared-log event looked at for commands other replicas took.
+        self._followed_sequence = events.last_sequence() if replicated else 0
 
     # --- start-up -------------------------------------------------------------------------
     def restore(self) -> None:
@@ -221,14 +233,21 @@ class OrchestratorCore:
             return SubmitAnswer(State.REJECTED, BAD_REQUEST, message=str(invalid))
         except StoreFull as full:
             return SubmitAnswer(State.REJECTED, STORE_FULL, message=str(full))
+        except StoreError as error:
+            # Nothing was claimed (a shared database unreachable): nothing is acknowledged.
+            self.counters["store_unavailable"] += 1
+            return SubmitAnswer(
+                State.REJECTED, UNAVAILABLE, message=f"the key store is unavailable: {error}"
+            )
 
         if isinstance(outcome, Claimed):
             record = outcome.record
             command = self._command_from_record(record)
             with self._lock:
                 self._rejections.pop(client_key, None)
-                self._by_client_key[client_key] = command
-            self._dispatcher.enqueue(command)
+                # Another replica's robot: its lease holder finds the claim in the shared
+                # log (``follow_log``) or store (``adopt``, ``sweep``).
+                self._take(command)
             self._journal.append(EventType.ACCEPTED, command, accepted_detail(command))
             self.counters["accepted"] += 1
             return SubmitAnswer(State.ACCEPTED, ACCEPTED, message="accepted and queued")
@@ -287,6 +306,93 @@ class OrchestratorCore:
             max_payload_bytes=self.store.config.max_payload_bytes,
         )
 
+    def _take(self, command: PendingCommand) -> bool:
+        """Queue ``command`` if its robot is ours and it is not queued yet (lock held)."""
+        client_key = (command.client_id, command.key)
+        if client_key in self._by_client_key or not self._dispatcher.holds(command.robot_id):
+            return False
+        self._by_client_key[client_key] = command
+        self._dispatcher.enqueue(command)
+        return True
+
+    # --- replicas -------------------------------------------------------------------------
+    def adopt(self, robot_id: str, fencing_token: int) -> int:
+        """This replica took ``robot_id``'s lease: take over its unfinished commands.
+
+        The shared store is the truth about what is unfinished; the shared log tells which
+        were already sent (those are re-sent at once under the new token: the robot answers
+        from its store, or runs a command the previous holder never got to it).
+        """
+        if robot_id not in self._robots:
+            return 0
+        taken = 0
+        with self._lock:
+            self._dispatcher.hold(robot_id, fencing_token)
+            records = [r for r in self.store.in_flight_records() if r.robot_id == robot_id]
+            records.sort(key=lambda record: record.created_at)
+            for record in records:
+                command = self._command_from_record(record)
+                if (command.client_id, command.key) in self._by_client_key:
+                    continue
+                command.attempt = self._attempts_logged(command)
+                self._by_client_key[(command.client_id, command.key)] = command
+                if command.attempt > 0:
+                    self._dispatcher.restore_in_flight(command)
+                else:
+                    self._dispatcher.enqueue(command)
+                taken += 1
+        self.counters["adopted"] += taken
+        self.counters["leases_acquired"] += 1
+        return taken
+
+    def _attempts_logged(self, command: PendingCommand) -> int:
+        sent = (EventType.DISPATCHED, EventType.RETRIED)
+        attempts = [
+            int(event.detail.get("attempt", 0))
+            for event in self.events.events_for(command.client_id, command.key)
+            if event.event_type in sent and event.discriminator.startswith(f"{command.claim_id}/")
+        ]
+        return max(attempts, default=0)
+
+    def abandon(self, robot_id: str) -> None:
+        """The lease is lost: stop dispatching to ``robot_id`` at once."""
+        if robot_id not in self._robots:
+            return
+        with self._lock:
+            for command in self._dispatcher.let_go(robot_id):
+                self._by_client_key.pop((command.client_id, command.key), None)
+        self.counters["leases_lost"] += 1
+
+    def follow_log(self, limit: int = 1024) -> int:
+        """Queue the commands other replicas accepted for robots this one holds."""
+        taken = 0
+        events = list(self.events.read(self._followed_sequence, limit))
+        for event in events:
+            if event.event_type != EventType.ACCEPTED or not self._dispatcher.holds(event.robot_id):
+                continue
+            found = self.store.check(event.client_id, event.key)
+            if isinstance(found, Record) and found.state.is_in_flight:
+                with self._lock:
+                    taken += self._take(self._command_from_record(found))
+        if events:
+            self._followed_sequence = events[-1].sequence
+        self.counters["followed"] += taken
+        return taken
+
+    def sweep(self) -> int:
+        """Queue held robots' unfinished claims the log never announced (an accepting
+        replica that died between its claim and its event)."""
+        taken = 0
+        for record in self.store.in_flight_records():
+            command = self._command_from_record(record)
+            with self._lock:
+                if not self._take(command):
+                    continue
+            taken += 1
+            self._journal.append(EventType.ACCEPTED, command, accepted_detail(command))
+        self.counters["swept"] += taken
+        return taken
+
     def _note_duplicate(self, request: SubmitRequest, why: str) -> None:
         self.counters["duplicates_suppressed"] += 1
         with self._lock:
@@ -307,8 +413,21 @@ class OrchestratorCore:
             return SubmitAnswer(record.state, record.status_code, result_json=record.result_json)
         with self._lock:
             rejection = self._rejections.get((client_id, key))
+        if record is None and rejection is None and self.replicated:
+            rejection = self._logged_rejection(client_id, key)
         if record is None and rejection is not None:
             return SubmitAnswer(State.REJECTED, rejection[0], message=rejection[1])
+        return None
+
+    def _logged_rejection(self, client_id: str, key: str) -> tuple[int, str] | None:
+        """A refusal another replica (the robot's lease holder) received, from the log."""
+        refusals = (EventType.REJECTED, EventType.EXPIRED)
+        for event in reversed(self.events.events_for(client_id, key)):
+            if event.event_type in refusals:
+                detail = event.detail
+                return int(detail.get("status_code", BAD_REQUEST)), str(detail.get("message", ""))
+            if event.event_type == EventType.ACCEPTED:
+                return None
         return None
 
     # --- dispatch -------------------------------------------------------------------------
@@ -344,6 +463,12 @@ class OrchestratorCore:
         deliveries = []
         for item in due:
             command = item.command
+            token = self._dispatcher.fencing_token(command.robot_id)
+            if self.lease_token is not None and self.lease_token(command.robot_id) != token:
+                # The lease ran out since the keeper's last step: send nothing; the
+                # keeper's ``abandon`` follows.
+                self.counters["sends_withheld_no_lease"] += 1
+                continue
             kind = EventType.RETRIED if item.is_retry else EventType.DISPATCHED
             self.counters["retries" if item.is_retry else "dispatched"] += 1
             events.append(
@@ -359,6 +484,7 @@ class OrchestratorCore:
                 payload_json=command.payload_json,
                 payload_sha256=command.fingerprint,
                 attempt=command.attempt,
+                fencing_token=token,
             )
             if self.signer is not None:
                 key_id, tag = self.signer.sign(delivery)

@@ -95,6 +95,10 @@ class RobotLane:
     paused_until: float = 0.0
     # An offline check is scheduled for this lane (one at a time, however many statuses).
     offline_check_pending: bool = False
+    # Replicas: only the holder of the robot's lease dispatches to it, and every delivery
+    # carries the lease's fencing token. A lone orchestrator holds every lane, token 0.
+    held: bool = True
+    fencing_token: int = 0
 
     @property
     def waiting(self) -> int:
@@ -169,6 +173,34 @@ class Dispatcher:
             self.lanes[command.robot_id].in_flight[command.robot_key] = command
             self._at(0.0, _RETRY, command.robot_id, command.robot_key)
 
+    def hold(self, robot_id: str, fencing_token: int) -> None:
+        """This replica took the robot's lease: dispatch to it under ``fencing_token``."""
+        with self._lock:
+            lane = self.lanes[robot_id]
+            lane.held = True
+            lane.fencing_token = fencing_token
+            self._dirty.add(robot_id)
+
+    def let_go(self, robot_id: str) -> list[PendingCommand]:
+        """The lease is gone: stop dispatching and forget the lane's commands (they stay in
+        the shared store for the next holder); returns what was forgotten."""
+        with self._lock:
+            lane = self.lanes[robot_id]
+            lane.held = False
+            dropped = [*lane.queue, *lane.in_flight.values()]
+            lane.queue.clear()
+            lane.in_flight.clear()
+            return dropped
+
+    def holds(self, robot_id: str) -> bool:
+        with self._lock:
+            lane = self.lanes.get(robot_id)
+            return lane is not None and lane.held
+
+    def fencing_token(self, robot_id: str) -> int:
+        with self._lock:
+            return self.lanes[robot_id].fencing_token
+
     def queue_full(self, robot_id: str) -> bool:
         with self._lock:
             waiting = self.lanes[robot_id].waiting
@@ -201,14 +233,18 @@ class Dispatcher:
                     command = lane.in_flight.get(robot_key)
                     # Stale (answered, or rescheduled since) or offline: nothing to send;
                     # an offline lane's commands are rescheduled when it is heard again.
-                    if command is None or not lane.online or command.next_send_at > now:
+                    if (
+                        command is None
+                        or not (lane.online and lane.held)
+                        or command.next_send_at > now
+                    ):
                         continue
                     due.append(Due(command, is_retry=True))
                     self._schedule(command, now)
             dirty, self._dirty = self._dirty, set()
             for robot_id in dirty:
                 lane = self.lanes[robot_id]
-                if not lane.online:
+                if not (lane.online and lane.held):
                     continue
                 while (
                     lane.queue and len(lane.in_flight) < lane.capacity and lane.paused_until <= now

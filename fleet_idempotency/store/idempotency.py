@@ -558,6 +558,11 @@ class IdempotencyStore:
                 break
         return total
 
+    def in_flight_records(self) -> list[Record]:
+        """Every ACCEPTED/IN_PROGRESS record, from the in-flight index (no full scan)."""
+        with self._read() as view:
+            return view.in_flight_records()
+
     # -- small named values beside the records ---------------------------------------------
 
     def read_meta(self, name: str) -> bytes | None:

@@ -29,10 +29,15 @@ def answer(state: int, code: int, replayed: bool = False, result: str = "") -> S
     return SubmitReply(state, code, replayed, result, "orchestrator says so")
 
 
-def test_store_full_is_507_with_retry_after() -> None:
+@pytest.mark.parametrize(
+    ("code", "slug"), [(507, "store-full"), (503, "store-unavailable")], ids=["full", "unavailable"]
+)
+def test_a_store_that_cannot_take_the_key_is_a_problem_with_retry_after(
+    code: int, slug: str
+) -> None:
     with pytest.raises(Problem) as raised:
         submit_answer(
-            answer(6, 507),
+            answer(6, code),
             key="k",
             robot_id="amr_1",
             command_type="dock",
@@ -40,9 +45,9 @@ def test_store_full_is_507_with_retry_after() -> None:
             retry_after_s=2,
         )
     problem = raised.value
-    assert problem.status == 507 and problem.slug == "store-full"
+    assert problem.status == code and problem.slug == slug
     assert problem.headers == {"Retry-After": "2"}
-    assert json.loads(problem.body())["type"] == "/problems/store-full"
+    assert json.loads(problem.body())["type"] == f"/problems/{slug}"
 
 
 def test_final_bodies_ignore_the_per_call_message() -> None:
