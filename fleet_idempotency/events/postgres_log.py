@@ -224,8 +224,6 @@ class PostgresEventLog(EventLog):
         # Refused before the transaction: one bad event means nothing of the batch is stored.
         for event in batch:
             check_appendable(event)
-            if "\x00" in event.robot_id:  # PostgreSQL text cannot hold NUL at all
-                raise EventLogError("robot_id must not contain a NUL character")
         details = [_encoder.encode(event.detail) for event in batch]
         if not batch:
             return []
