@@ -52,6 +52,7 @@ Connection = psycopg.Connection[tuple[Any, ...]]
 
 # Longer pages than LMDB's: each page is a network round trip here.
 _READ_PAGE = 1024
+_IDLE_IN_TRANSACTION_S = 60
 _FORMAT = FORMAT_MARKER.decode()
 _COLUMNS = "sequence, event_type, client_id, key, robot_id, discriminator, stamp, detail::text"
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -84,7 +85,10 @@ class PostgresEventLog(EventLog):
         self.where = describe(config.url, config.pg_schema)
         self._timeout = config.pg_connect_timeout_s
         self._closed = False
-        options = []
+        # Our transactions last milliseconds; a frozen process (SIGSTOP, a hung host) in the
+        # middle of an append would otherwise hold the head row, and every replica's
+        # appends with it, until its TCP connection is finally torn down.
+        options = [f"-c idle_in_transaction_session_timeout={_IDLE_IN_TRANSACTION_S}s"]
         if not config.durable:
             # The commit returns before its WAL flush: a server crash may lose the last
             # appends (never reorder or corrupt them). Tests and simulations only.
@@ -97,8 +101,7 @@ class PostgresEventLog(EventLog):
             "application_name": "fleet_idem_events",
             "connect_timeout": max(1, round(self._timeout)),
         }
-        if options:
-            self._connect_kwargs["options"] = " ".join(options)
+        self._connect_kwargs["options"] = " ".join(options)
         self._names = _Names(config.pg_schema)
         # The schema is checked (or created) on a connection of its own, before the pool
         # exists: an unreachable database fails here at once with libpq's own reason,
