@@ -198,6 +198,9 @@ setup(
         "fastapi",
         "uvicorn",
         "prometheus-client",
+        # The shared PostgreSQL event log; imported only when a postgresql:// URL is used.
+        "psycopg>=3.1",
+        "psycopg-pool>=3.2",
     ],
     zip_safe=False,
     maintainer="fleet_idempotency maintainers",

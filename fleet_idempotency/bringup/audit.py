@@ -2,7 +2,8 @@
 
 Opened read-only once the fleet has stopped: the figures that ``report.check_invariants``
 judges (every event identity, keys whose replay differs from the store, keys never
-finished).
+finished). The event log is the LMDB one under ``store_dir`` unless ``event_log`` names
+another (e.g. the replicas' PostgreSQL log).
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fleet_idempotency.events import EventLogConfig, LmdbEventLog, replay
+from fleet_idempotency.events import EventLogConfig, open_event_log, replay
 from fleet_idempotency.store import IdempotencyStore, StoreConfig
 
 
-def audit_orchestrator(store_dir: Path) -> dict[str, Any]:
+def audit_orchestrator(store_dir: Path, event_log: EventLogConfig | None = None) -> dict[str, Any]:
     root = store_dir / "orchestrator"
-    with LmdbEventLog(EventLogConfig(path=root / "events"), readonly=True) as log:
+    config = EventLogConfig(path=root / "events") if event_log is None else event_log
+    with open_event_log(config, readonly=True) as log:
         events = list(log.read())
     state = replay(events)
     mismatches, unfinished = [], []

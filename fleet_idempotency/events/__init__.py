@@ -4,13 +4,17 @@ Every state change of a command is an immutable ``FleetEventRecord`` with a gap-
 sequence number; its identity (client, key, event type, discriminator) makes appends
 idempotent, and ``replay`` folds the log back into the fleet state::
 
-    with LmdbEventLog(EventLogConfig(path=Path("/var/lib/fleet/events"))) as log:
+    with open_event_log(EventLogConfig(path=Path("/var/lib/fleet/events"))) as log:
         stored, appended = log.append(event)
         state = replay(log.read())
+
+``EventLogConfig(url="postgresql://...")`` opens the same log in PostgreSQL instead
+(``postgres_log.PostgresEventLog``, imported on demand), shared by orchestrator replicas.
 """
 
 from .base import EventLog
 from .config import EventLogConfig
+from .factory import open_event_log
 from .lmdb_log import LmdbEventLog
 from .model import (
     EventLogClosed,
@@ -19,6 +23,7 @@ from .model import (
     EventLogFull,
     EventLogReadOnly,
     EventLogSchemaMismatch,
+    EventLogUnavailable,
     EventType,
     FleetEventRecord,
     Identity,
@@ -34,11 +39,13 @@ __all__ = [
     "EventLogFull",
     "EventLogReadOnly",
     "EventLogSchemaMismatch",
+    "EventLogUnavailable",
     "EventType",
     "FleetEventRecord",
     "FleetState",
     "Identity",
     "KeyView",
     "LmdbEventLog",
+    "open_event_log",
     "replay",
 ]

@@ -50,6 +50,10 @@ class EventLog(ABC):
     def events_for(self, client_id: str, key: str) -> list[FleetEventRecord]:
         """Every event of one (client, key), in sequence order, through an index."""
 
+    def stats(self) -> dict[str, int]:
+        """Counts and sizes, for the operator tool and metrics; backends add their own."""
+        return {"last_sequence": self.last_sequence()}
+
     @abstractmethod
     def close(self) -> None:
         """Release the backend; further calls raise EventLogClosed. Idempotent."""

@@ -1,7 +1,8 @@
-"""Operator tool for the orchestrator's event log: ``fleet-idem-events --path DIR COMMAND``.
+"""Operator tool for the orchestrator's event log: ``fleet-idem-events --path WHERE COMMAND``.
 
-Read-only: LMDB is opened read-only, which takes no writer lock, so the tool can run next
-to an orchestrator that is appending to the same log.
+WHERE is an LMDB directory or a ``postgresql://`` URL (with ``--schema``). Read-only: LMDB
+is opened read-only, which takes no writer lock, and PostgreSQL sessions are read-only on
+the server's side, so the tool can run next to orchestrators appending to the same log.
 
 Exit codes: 0 ok, 2 bad usage, 3 event log missing or unreadable.
 """
@@ -17,18 +18,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from fleet_idempotency.events import (
+    EventLog,
     EventLogConfig,
     EventLogError,
     EventType,
     FleetEventRecord,
-    LmdbEventLog,
+    open_event_log,
     replay,
 )
+from fleet_idempotency.events.config import POSTGRES_SCHEME
 
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_LOG_ERROR = 3
 PATH_ENV = "FLEET_IDEM_EVENTS"
+SCHEMA_ENV = "FLEET_IDEM_EVENTS_SCHEMA"
+DEFAULT_SCHEMA = EventLogConfig.model_fields["pg_schema"].default
 PROG = "fleet-idem-events"
 
 
@@ -59,7 +64,12 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--path",
         default=os.environ.get(PATH_ENV),
-        help=f"event log directory (default: ${PATH_ENV})",
+        help=f"event log directory or {POSTGRES_SCHEME} URL (default: ${PATH_ENV})",
+    )
+    parser.add_argument(
+        "--schema",
+        default=os.environ.get(SCHEMA_ENV, DEFAULT_SCHEMA),
+        help=f"PostgreSQL schema of the log (default: ${SCHEMA_ENV} or {DEFAULT_SCHEMA})",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     printing = commands.add_parser("print", help="one readable line per event")
@@ -81,14 +91,18 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_request:  # argparse already printed why
         return EXIT_OK if exit_request.code == 0 else EXIT_USAGE
     if not args.path:
-        _complain(f"no event log given; use --path DIR or set ${PATH_ENV}")
+        _complain(f"no event log given; use --path DIR|URL or set ${PATH_ENV}")
         return EXIT_USAGE
-    path = Path(args.path)
-    if not (path / "data.mdb").exists():
-        _complain(f"no event log at {path} (data.mdb not found)")
+    try:
+        config = _config(args.path, args.schema)
+    except ValueError as exc:  # pydantic's, naming the field
+        _complain(f"bad event log location: {exc}")
+        return EXIT_USAGE
+    if config.path is not None and not (config.path / "data.mdb").exists():
+        _complain(f"no event log at {config.path} (data.mdb not found)")
         return EXIT_LOG_ERROR
     try:
-        with LmdbEventLog(EventLogConfig(path=path), readonly=True) as log:
+        with open_event_log(config, readonly=True) as log:
             _run(log, args)
     except EventLogError as exc:
         _complain(str(exc))
@@ -99,11 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
+def _config(where: str, schema: str) -> EventLogConfig:
+    if where.startswith(POSTGRES_SCHEME):
+        return EventLogConfig(url=where, pg_schema=schema)
+    return EventLogConfig(path=Path(where))
+
+
 def _complain(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr)
 
 
-def _run(log: LmdbEventLog, args: argparse.Namespace) -> None:
+def _run(log: EventLog, args: argparse.Namespace) -> None:
     out = sys.stdout
     if args.command == "print":
         for event in _selected(log, args):
@@ -118,7 +138,7 @@ def _run(log: LmdbEventLog, args: argparse.Namespace) -> None:
             out.write(f"{name}={value}\n")
 
 
-def _selected(log: LmdbEventLog, args: argparse.Namespace) -> Iterator[FleetEventRecord]:
+def _selected(log: EventLog, args: argparse.Namespace) -> Iterator[FleetEventRecord]:
     if args.client is not None and args.key is not None:
         # Both given: the (client, key) index answers without scanning the log.
         events: Iterator[FleetEventRecord] = iter(log.events_for(args.client, args.key))

@@ -49,7 +49,9 @@ def by_key_entry(client_id: str, key: str, sequence: int) -> bytes:
 
 def check_appendable(event: FleetEventRecord) -> None:
     """Everything that can make an append fail, checked before any transaction starts."""
-    for name in ("client_id", "key", "discriminator"):
+    # robot_id is in no index key, but PostgreSQL text cannot hold NUL: refused here, every
+    # backend accepts the same events.
+    for name in ("client_id", "key", "discriminator", "robot_id"):
         if _SEPARATOR in getattr(event, name):
             raise EventLogError(f"{name} must not contain a NUL character")
     longest = max(len(identity_key(event.identity)), len(key_prefix(event.client_id, event.key)))

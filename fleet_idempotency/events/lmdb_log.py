@@ -70,6 +70,8 @@ class LmdbEventLog(EventLog):
     """
 
     def __init__(self, config: EventLogConfig, *, readonly: bool = False) -> None:
+        if config.path is None:
+            raise EventLogError("an LMDB event log needs config.path (open_event_log reads url)")
         self.path = Path(config.path)
         self.readonly = readonly
         self._env = LmdbEnvironment(

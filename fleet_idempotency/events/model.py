@@ -36,6 +36,12 @@ class EventLogReadOnly(EventLogError):
     """An append on a log opened read-only (e.g. by the operator tool)."""
 
 
+class EventLogUnavailable(EventLogError):
+    """The log's database cannot be reached (down, restarting, network). Nothing is lost:
+    the call may be repeated once it is back, and an append repeated after this error is
+    deduplicated by identity if its first try did commit."""
+
+
 class EventType(StrEnum):
     """Every state change the orchestrator records. Values are FleetEvent.event_type."""
 

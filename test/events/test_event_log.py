@@ -1,7 +1,9 @@
 """The orchestrator's event log: idempotent appends, gap-free sequences, replay.
 
-Real LMDB files in tmp dirs; cross-process tests use real child processes, so LMDB's own
-writer lock is what keeps sequences gap-free.
+Every test of the interface runs against both backends (``log_backend``: LMDB files in a
+tmp dir, a fresh database on a real PostgreSQL server); cross-process tests use real child
+processes, so LMDB's writer lock or PostgreSQL's head-row lock is what keeps sequences
+gap-free. Tests of one backend's own files or failure modes say so.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fleet_idempotency.bringup.postgres import LocalPostgres
 from fleet_idempotency.events import (
     EventLog,
     EventLogClosed,
@@ -33,14 +37,18 @@ from fleet_idempotency.events import (
     EventLogFull,
     EventLogReadOnly,
     EventLogSchemaMismatch,
+    EventLogUnavailable,
     EventType,
     FleetEventRecord,
     FleetState,
     KeyView,
     LmdbEventLog,
+    open_event_log,
     replay,
 )
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
+
+from support.event_log_support import LogBackend
 
 CLIENT = "wms"
 ROBOT = "amr-1"
@@ -50,6 +58,7 @@ MiB = 1024 * KiB
 
 
 def make_log(path: Path, **overrides: Any) -> LmdbEventLog:
+    """For the LMDB-only tests; the others take ``log_backend``."""
     return LmdbEventLog(EventLogConfig(path=path, **overrides))
 
 
@@ -103,15 +112,15 @@ def numbered(events: list[FleetEventRecord]) -> list[FleetEventRecord]:
 # -- appending ------------------------------------------------------------------------------
 
 
-def test_log_is_an_event_log(tmp_path: Path) -> None:
-    with make_log(tmp_path / "log") as log:
+def test_log_is_an_event_log(log_backend: LogBackend) -> None:
+    with log_backend.open() as log:
         assert isinstance(log, EventLog)
         assert log.last_sequence() == 0
         assert list(log.read()) == []
 
 
-def test_append_assigns_gap_free_increasing_sequences(tmp_path: Path) -> None:
-    with make_log(tmp_path / "log") as log:
+def test_append_assigns_gap_free_increasing_sequences(log_backend: LogBackend) -> None:
+    with log_backend.open() as log:
         stored = [log.append(accepted(f"k-{i}"))[0] for i in range(5)]
         stored += [pair[0] for pair in log.append_many(accepted(f"b-{i}") for i in range(5))]
         assert [e.sequence for e in stored] == list(range(1, 11))
@@ -120,8 +129,10 @@ def test_append_assigns_gap_free_increasing_sequences(tmp_path: Path) -> None:
         assert log.append_many([]) == []
 
 
-def test_duplicate_identity_appends_nothing_and_returns_the_stored_event(tmp_path: Path) -> None:
-    with make_log(tmp_path / "log") as log:
+def test_duplicate_identity_appends_nothing_and_returns_the_stored_event(
+    log_backend: LogBackend,
+) -> None:
+    with log_backend.open() as log:
         first, appended = log.append(accepted("k-1"))
         assert appended and first.sequence == 1
         # Same identity, different detail: the stored event wins, nothing is appended.
@@ -131,8 +142,8 @@ def test_duplicate_identity_appends_nothing_and_returns_the_stored_event(tmp_pat
         assert log.last_sequence() == 1
 
 
-def test_duplicates_inside_one_batch_are_deduplicated(tmp_path: Path) -> None:
-    with make_log(tmp_path / "log") as log:
+def test_duplicates_inside_one_batch_are_deduplicated(log_backend: LogBackend) -> None:
+    with log_backend.open() as log:
         log.append(accepted("old"))
         results = log.append_many([accepted("new"), accepted("old"), accepted("new")])
         assert [(e.key, e.sequence, now) for e, now in results] == [
@@ -143,8 +154,8 @@ def test_duplicates_inside_one_batch_are_deduplicated(tmp_path: Path) -> None:
         assert log.last_sequence() == 2
 
 
-def test_discriminator_tells_legitimate_repeats_apart(tmp_path: Path) -> None:
-    with make_log(tmp_path / "log") as log:
+def test_discriminator_tells_legitimate_repeats_apart(log_backend: LogBackend) -> None:
+    with log_backend.open() as log:
         for attempt in (1, 2, 3, 2):
             log.append(dispatched("k-1", attempt))
         offline = [
@@ -161,10 +172,10 @@ def test_discriminator_tells_legitimate_repeats_apart(tmp_path: Path) -> None:
         ]
 
 
-def test_events_survive_reopen_and_stay_deduplicated(tmp_path: Path) -> None:
-    with make_log(tmp_path / "log") as log:
+def test_events_survive_reopen_and_stay_deduplicated(log_backend: LogBackend) -> None:
+    with log_backend.open() as log:
         log.append_many([accepted("k-1"), dispatched("k-1")])
-    with make_log(tmp_path / "log") as log:
+    with log_backend.open() as log:
         stored, appended = log.append(accepted("k-1"))
         assert not appended and stored.sequence == 1
         assert log.append(result("k-1"))[0].sequence == 3
@@ -175,8 +186,8 @@ def test_events_survive_reopen_and_stay_deduplicated(tmp_path: Path) -> None:
         ]
 
 
-def test_find_by_identity(tmp_path: Path) -> None:
-    with make_log(tmp_path / "log") as log:
+def test_find_by_identity(log_backend: LogBackend) -> None:
+    with log_backend.open() as log:
         log.append_many([accepted("k-1"), dispatched("k-1", 1), dispatched("k-1", 2)])
         found = log.find((CLIENT, "k-1", "retried", "2"))
         assert found is not None and found.sequence == 3
@@ -185,8 +196,8 @@ def test_find_by_identity(tmp_path: Path) -> None:
         assert log.find(("other", "k-1", "accepted", "")) is None
 
 
-def test_events_for_returns_one_keys_events_in_order(tmp_path: Path) -> None:
-    with make_log(tmp_path / "log") as log:
+def test_events_for_returns_one_keys_events_in_order(log_backend: LogBackend) -> None:
+    with log_backend.open() as log:
         log.append_many(
             [
                 accepted("k"),
@@ -203,8 +214,8 @@ def test_events_for_returns_one_keys_events_in_order(tmp_path: Path) -> None:
         assert log.events_for(CLIENT, "absent") == []
 
 
-def test_read_after_and_limit_across_pages(tmp_path: Path) -> None:
-    with make_log(tmp_path / "log", durable=False) as log:
+def test_read_after_and_limit_across_pages(log_backend: LogBackend) -> None:
+    with log_backend.open(durable=False) as log:
         log.append_many(accepted(f"k-{i}") for i in range(1300))
         assert [e.sequence for e in log.read(after_sequence=100, limit=700)] == list(
             range(101, 801)
@@ -219,8 +230,8 @@ def test_read_after_and_limit_across_pages(tmp_path: Path) -> None:
             log.read(limit=-1)
 
 
-def test_threads_appending_concurrently_get_a_gap_free_log(tmp_path: Path) -> None:
-    with make_log(tmp_path / "log", durable=False) as log:
+def test_threads_appending_concurrently_get_a_gap_free_log(log_backend: LogBackend) -> None:
+    with log_backend.open(durable=False) as log:
         start = threading.Barrier(8)
 
         def append_some(thread: int) -> None:
@@ -243,23 +254,23 @@ def test_threads_appending_concurrently_get_a_gap_free_log(tmp_path: Path) -> No
 
 _CHILD = r"""
 import json, random, sys
-from pathlib import Path
-from fleet_idempotency.events import EventLogConfig, EventType, FleetEventRecord, LmdbEventLog
+from fleet_idempotency.events import EventLogConfig, EventType, FleetEventRecord, open_event_log
 
-path, tag, count, durable = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+config, tag, count, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 
 def accepted(key):
     return FleetEventRecord(EventType.ACCEPTED, "wms", key, "amr-1", {"n": 1}, 1.0)
 
-log = LmdbEventLog(EventLogConfig(path=Path(path), durable=durable))
+log = open_event_log(EventLogConfig.model_validate_json(config))
 print("ready", flush=True)
 sys.stdin.readline()  # start signal: every child begins together
 appended = []
 order = list(range(count))
 random.Random(tag).shuffle(order)  # racers meet on shared events whoever starts first
-for i in order:
-    for e in (accepted(f"shared-{i}"), accepted(f"{tag}-{i}")):
-        stored, now = log.append(e)
+events = [e for i in order for e in (accepted(f"shared-{i}"), accepted(f"{tag}-{i}"))]
+for first in range(0, len(events), batch):
+    chunk = events[first : first + batch]
+    for stored, now in [log.append(chunk[0])] if batch == 1 else log.append_many(chunk):
         if now:
             appended.append(stored.key)
         # Acknowledged only after append returned: what the parent is told is on disk.
@@ -270,10 +281,16 @@ print("done " + json.dumps(appended), flush=True)
 
 
 class Child:
-    """A child process appending to a log; its stdout lines are read with timeouts."""
+    """A child process appending to a log; its stdout lines are read with timeouts.
 
-    def __init__(self, tmp_path: Path, path: Path, tag: str, count: int, durable: bool) -> None:
-        args = [str(path), tag, str(count), "1" if durable else "0"]
+    It appends, in its own shuffled order, ``shared-<i>`` (which every child appends) and
+    ``<tag>-<i>`` for i < count, ``batch`` events per transaction.
+    """
+
+    def __init__(
+        self, tmp_path: Path, config: EventLogConfig, tag: str, count: int, batch: int = 1
+    ) -> None:
+        args = [config.model_dump_json(), tag, str(count), str(batch)]
         self.process = subprocess.Popen(
             [sys.executable, "-c", _CHILD, *args],
             stdin=subprocess.PIPE,
@@ -310,11 +327,8 @@ class Child:
         return line
 
 
-def test_processes_appending_concurrently_get_a_gap_free_log(tmp_path: Path) -> None:
-    path = tmp_path / "log"
-    make_log(path).close()
-    # Durable: each append waits for its fsync, so the racers overlap for long enough.
-    children = [Child(tmp_path, path, f"p{n}", 60, durable=True) for n in range(3)]
+def race(children: list[Child], count: int, log: EventLog) -> None:
+    """Start the children together; then the log must hold 1..N, each identity once."""
     for child in children:
         assert child.next_line() == "ready"
     for child in children:
@@ -322,34 +336,58 @@ def test_processes_appending_concurrently_get_a_gap_free_log(tmp_path: Path) -> 
     appended = [json.loads(child.wait_for("done ")[len("done ") :]) for child in children]
     for child in children:
         assert child.process.wait(20) == 0
-    with make_log(path) as log:
-        events = list(log.read())
-    assert [e.sequence for e in events] == list(range(1, 60 + 3 * 60 + 1))
+    events = list(log.read())
+    assert [e.sequence for e in events] == list(range(1, count + len(children) * count + 1))
+    assert log.last_sequence() == len(events)
     assert len({e.identity for e in events}) == len(events)
     # Every shared identity was appended by exactly one process.
     winners = Counter(key for keys in appended for key in keys if key.startswith("shared-"))
-    assert set(winners) == {f"shared-{i}" for i in range(60)} and set(winners.values()) == {1}
+    assert set(winners) == {f"shared-{i}" for i in range(count)} and set(winners.values()) == {1}
     assert sum(1 for keys in appended if any(k.startswith("shared-") for k in keys)) >= 2, (
         "the race was not a race: one process appended every shared event"
     )
 
 
-def test_append_is_durable_when_it_returns(tmp_path: Path) -> None:
-    path = tmp_path / "log"
-    child = Child(tmp_path, path, "p", 100_000, durable=True)
+def test_processes_appending_concurrently_get_a_gap_free_log(
+    tmp_path: Path, log_backend: LogBackend
+) -> None:
+    if not log_backend.is_postgres:
+        # PostgreSQL's schema is left to the racers: their first opens race too.
+        log_backend.open().close()
+    # Durable: each append waits for its fsync, so the racers overlap for long enough.
+    config = log_backend.config(durable=True)
+    children = [Child(tmp_path, config, f"p{n}", 60) for n in range(3)]
+    with log_backend.open() as log:
+        race(children, 60, log)
+
+
+def test_two_processes_racing_on_postgres_with_batches_get_one_gap_free_log(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    # Single appends against batches of 7: transactions of different sizes interleave, and
+    # a batch meets shared identities the other process stored a moment before.
+    config = EventLogConfig(url=postgres_url)
+    children = [Child(tmp_path, config, "single", 250), Child(tmp_path, config, "batch", 250, 7)]
+    with open_event_log(config) as log:
+        race(children, 250, log)
+
+
+def test_append_is_durable_when_it_returns(tmp_path: Path, log_backend: LogBackend) -> None:
+    child = Child(tmp_path, log_backend.config(durable=True), "p", 100_000)
     assert child.next_line() == "ready"
     child.start()
     acked = [int(child.wait_for("ack ").split()[1]) for _ in range(20)]
     # No close(), no atexit: only what was committed survives.
     os.kill(child.process.pid, signal.SIGKILL)
     child.process.wait(10)
-    with make_log(path) as log:
+    with log_backend.open() as log:
         events = list(log.read())
         assert max(acked) <= log.last_sequence() == len(events)
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))
 
 
 def test_map_grows_and_a_growth_by_another_process_is_adopted(tmp_path: Path) -> None:
+    # LMDB only: the memory map is LMDB's.
     path = tmp_path / "log"
     small = {"map_size_initial": 64 * KiB, "map_size_max": 64 * MiB, "durable": False}
     with make_log(path, **small) as log:
@@ -357,7 +395,7 @@ def test_map_grows_and_a_growth_by_another_process_is_adopted(tmp_path: Path) ->
         assert log.stats()["resizes"] > 0
         size_before = log.map_size()
         # Another process appends far more: it grows the map beyond what this one mapped.
-        child = Child(tmp_path, path, "p", 3000, durable=False)
+        child = Child(tmp_path, EventLogConfig(path=path, **small), "p", 3000)
         assert child.next_line() == "ready"
         child.start()
         child.wait_for("done ")
@@ -369,6 +407,7 @@ def test_map_grows_and_a_growth_by_another_process_is_adopted(tmp_path: Path) ->
 
 
 def test_full_log_refuses_appends_and_keeps_what_it_has(tmp_path: Path) -> None:
+    # LMDB only: map_size_max is LMDB's ceiling; PostgreSQL's is the disk.
     with make_log(
         tmp_path / "log", map_size_initial=128 * KiB, map_size_max=256 * KiB, durable=False
     ) as log:
@@ -403,9 +442,9 @@ class NotJson:
     ],
 )
 def test_non_json_detail_is_refused_and_nothing_is_appended(
-    tmp_path: Path, detail: dict[Any, Any], names: str
+    log_backend: LogBackend, detail: dict[Any, Any], names: str
 ) -> None:
-    with make_log(tmp_path / "log") as log:
+    with log_backend.open() as log:
         bad = replace(accepted("bad"), detail=detail)
         with pytest.raises(EventLogError, match=names):
             log.append(bad)
@@ -419,10 +458,12 @@ def test_detail_must_be_a_json_object() -> None:
         replace(accepted(), detail=["not", "an", "object"])  # type: ignore[arg-type]
 
 
-def test_fields_the_index_cannot_hold_are_refused(tmp_path: Path) -> None:
-    with make_log(tmp_path / "log") as log:
+def test_fields_the_index_cannot_hold_are_refused(log_backend: LogBackend) -> None:
+    with log_backend.open() as log:
         with pytest.raises(EventLogError, match="NUL"):
             log.append(accepted("a\x00b"))
+        with pytest.raises(EventLogError, match="robot_id must not contain a NUL"):
+            log.append(event(EventType.ACCEPTED, robot="amr\x00"))
         with pytest.raises(EventLogError, match="too long"):
             log.append(accepted("k" * 600))
         assert log.last_sequence() == 0
@@ -449,6 +490,7 @@ def test_to_dict_round_trips_through_json() -> None:
 
 
 def test_a_file_that_is_not_lmdb_is_refused_clearly(tmp_path: Path) -> None:
+    # LMDB only: damaged or missing files; PostgreSQL's counterparts follow below.
     path = tmp_path / "log"
     path.mkdir()
     (path / "data.mdb").write_bytes(b"this is not an LMDB file" * 400)
@@ -462,6 +504,7 @@ def test_a_file_that_is_not_lmdb_is_refused_clearly(tmp_path: Path) -> None:
 
 
 def test_an_idempotency_store_is_not_an_event_log(tmp_path: Path) -> None:
+    # LMDB only: the store's PostgreSQL tables are another team's (a schema of their own).
     IdempotencyStore.open(StoreConfig(path=tmp_path / "store")).close()
     with pytest.raises(EventLogCorrupted, match="not a fleet_idempotency event log"):
         make_log(tmp_path / "store")
@@ -470,6 +513,7 @@ def test_an_idempotency_store_is_not_an_event_log(tmp_path: Path) -> None:
 
 
 def test_other_lmdb_data_is_not_an_event_log(tmp_path: Path) -> None:
+    # LMDB only: foreign sub-databases; foreign PostgreSQL tables are tested below.
     env = lmdb.open(str(tmp_path / "other"), max_dbs=2)
     with env.begin(write=True) as txn:
         txn.put(b"hello", b"world")
@@ -478,39 +522,23 @@ def test_other_lmdb_data_is_not_an_event_log(tmp_path: Path) -> None:
         make_log(tmp_path / "other")
 
 
-def _rewrite_meta(path: Path, name: bytes, value: bytes | None) -> None:
-    env = lmdb.open(str(path), max_dbs=8)
-    meta = env.open_db(b"meta")
-    with env.begin(write=True) as txn:
-        if value is None:
-            txn.delete(name, db=meta)
-        else:
-            txn.put(name, value, db=meta)
-    env.close()
-
-
-def test_another_schema_version_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "log"
-    with make_log(path) as log:
+def test_another_schema_version_is_refused(log_backend: LogBackend) -> None:
+    with log_backend.open() as log:
         log.append(accepted())
-    _rewrite_meta(path, b"schema_version", b"99")
+    log_backend.rewrite_meta("schema_version", "99")
     with pytest.raises(EventLogSchemaMismatch, match="schema version 99"):
-        make_log(path)
-    _rewrite_meta(path, b"schema_version", b"1")
-    _rewrite_meta(path, b"format", None)
+        log_backend.open()
+    log_backend.rewrite_meta("schema_version", "1")
+    log_backend.rewrite_meta("format", None)
     with pytest.raises(EventLogCorrupted, match="format marker"):
-        make_log(path)
+        log_backend.open()
 
 
-def test_an_undecodable_event_is_reported_not_guessed(tmp_path: Path) -> None:
-    path = tmp_path / "log"
-    with make_log(path) as log:
+def test_an_undecodable_event_is_reported_not_guessed(log_backend: LogBackend) -> None:
+    with log_backend.open() as log:
         log.append_many([accepted("k-1"), accepted("k-2")])
-    env = lmdb.open(str(path), max_dbs=8)
-    with env.begin(write=True) as txn:
-        txn.put((2).to_bytes(8, "big"), b'["accepted"]', db=env.open_db(b"events", txn=txn))
-    env.close()
-    with make_log(path) as log:
+    log_backend.damage_event(2)
+    with log_backend.open() as log:
         assert log.find((CLIENT, "k-1", "accepted", "")) is not None
         with pytest.raises(EventLogCorrupted, match="event 2 cannot be decoded"):
             list(log.read())
@@ -518,20 +546,30 @@ def test_an_undecodable_event_is_reported_not_guessed(tmp_path: Path) -> None:
             log.append(accepted("k-2"))  # the duplicate's stored event is read back
 
 
-def test_read_only_and_closed_logs_refuse_use(tmp_path: Path) -> None:
-    path = tmp_path / "log"
-    with make_log(path) as log:
+def test_read_only_and_closed_logs_refuse_use(log_backend: LogBackend) -> None:
+    with log_backend.open() as log:
         log.append(accepted())
-    reader = LmdbEventLog(EventLogConfig(path=path), readonly=True)
+    reader = log_backend.open(readonly=True)
     assert [e.key for e in reader.read()] == ["k-1"]
     with pytest.raises(EventLogReadOnly):
         reader.append(accepted("k-2"))
+    with pytest.raises(EventLogReadOnly):
+        reader.append_many([accepted("k-2")])
     reader.close()
     reader.close()  # idempotent
     with pytest.raises(EventLogClosed):
         reader.last_sequence()
     with pytest.raises(EventLogClosed):
         list(reader.read())
+    writer = log_backend.open()
+    writer.close()
+    for call in (
+        lambda: writer.append(accepted("k-3")),
+        lambda: writer.find((CLIENT, "k-1", "accepted", "")),
+        lambda: writer.events_for(CLIENT, "k-1"),
+    ):
+        with pytest.raises(EventLogClosed):
+            call()
 
 
 def test_config_is_validated() -> None:
@@ -539,6 +577,118 @@ def test_config_is_validated() -> None:
         EventLogConfig(path=Path("x"), map_size_initial=2 * MiB, map_size_max=MiB)
     with pytest.raises(ValueError, match="extra"):
         EventLogConfig(path=Path("x"), sync=False)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="exactly one of path"):
+        EventLogConfig()
+    with pytest.raises(ValueError, match="exactly one of path"):
+        EventLogConfig(path=Path("x"), url="postgresql://db/fleet")
+    with pytest.raises(ValueError, match="must start with postgresql://"):
+        EventLogConfig(url="mysql://db/fleet")
+    with pytest.raises(ValueError, match="pg_schema"):
+        EventLogConfig(url="postgresql://db/fleet", pg_schema='x"; DROP TABLE y; --')
+    assert EventLogConfig(url="postgresql://db/fleet").path is None
+
+
+# -- PostgreSQL's own ---------------------------------------------------------------------
+
+
+def test_postgres_schemas_hold_separate_logs_and_foreign_tables_are_refused(
+    postgres_url: str,
+) -> None:
+    with pytest.raises(EventLogError, match="no event log in schema fleet_idem_events"):
+        open_event_log(EventLogConfig(url=postgres_url), readonly=True)
+    with (
+        open_event_log(EventLogConfig(url=postgres_url)) as first,
+        open_event_log(EventLogConfig(url=postgres_url, pg_schema="replica_b")) as second,
+    ):
+        first.append_many([accepted("a"), accepted("b")])
+        assert second.append(accepted("a"))[0].sequence == 1  # a log of its own
+        assert first.last_sequence() == 2 and second.last_sequence() == 1
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute("CREATE SCHEMA keys")
+        connection.execute("CREATE TABLE keys.events (id integer)")
+    with pytest.raises(EventLogCorrupted, match="holds events but is not a fleet_idempotency"):
+        open_event_log(EventLogConfig(url=postgres_url, pg_schema="keys"))
+
+
+def test_postgres_a_rolled_back_append_leaves_no_gap(postgres_url: str) -> None:
+    with open_event_log(EventLogConfig(url=postgres_url)) as log:
+        log.append(accepted("before"))
+        # The database itself refuses one event: the batch fails after the head row was
+        # locked and its first events inserted, so the rollback must give their numbers back.
+        LogBackend("postgres", postgres_url).sql(
+            "CREATE FUNCTION fleet_idem_events.refuse() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN IF NEW.key = 'poison' THEN RAISE EXCEPTION 'refused by a trigger'; "
+            "END IF; RETURN NEW; END $$; "
+            "CREATE TRIGGER refuse BEFORE INSERT ON fleet_idem_events.events "
+            "FOR EACH ROW EXECUTE FUNCTION fleet_idem_events.refuse()"
+        )
+        with pytest.raises(EventLogError, match="refused by a trigger") as refused:
+            log.append_many([accepted("x"), accepted("y"), accepted("poison")])
+        assert not isinstance(refused.value, EventLogUnavailable)
+        assert log.last_sequence() == 1 and log.find((CLIENT, "x", "accepted", "")) is None
+        stored, appended = log.append(accepted("after"))
+        assert appended and stored.sequence == 2
+        assert [e.key for e in log.read()] == ["before", "after"]
+
+
+def test_postgres_appends_wait_for_the_head_lock_but_stored_events_do_not(
+    postgres_url: str,
+) -> None:
+    import psycopg
+
+    with open_event_log(EventLogConfig(url=postgres_url)) as log:
+        log.append(accepted("stored"))
+        with psycopg.connect(postgres_url) as other, other.transaction():
+            # Another appender, mid-transaction, holds the head row.
+            other.execute("SELECT last_sequence FROM fleet_idem_events.events_head FOR UPDATE")
+            assert log.append(accepted("stored")) == (
+                replace(accepted("stored"), sequence=1),
+                False,
+            )
+            outcome: queue.Queue[tuple[FleetEventRecord, bool]] = queue.Queue()
+            waiter = threading.Thread(target=lambda: outcome.put(log.append(accepted("new"))))
+            waiter.start()
+            with pytest.raises(queue.Empty):
+                outcome.get(timeout=0.5)  # serialised behind the other appender
+        stored, appended = outcome.get(timeout=10)
+        waiter.join(10)
+        assert appended and stored.sequence == 2
+
+
+def test_postgres_unreachable_is_a_clear_error_and_the_log_recovers(
+    postgres_server: LocalPostgres, postgres_url: str
+) -> None:
+    config = EventLogConfig(url=postgres_url, pg_connect_timeout_s=1.0)
+    with open_event_log(config) as log:
+        log.append(accepted("before"))
+        # A crash, not a clean shutdown: only what was committed (synchronous_commit on)
+        # may survive.
+        postgres_server.stop("immediate")
+        try:
+            for call in (
+                lambda: log.append(accepted("during")),
+                log.last_sequence,
+                lambda: list(log.read()),
+            ):
+                with pytest.raises(EventLogUnavailable, match="unavailable"):
+                    call()
+            with pytest.raises(EventLogUnavailable, match="unavailable"):
+                open_event_log(config)
+        finally:
+            postgres_server.restart()  # same port: the URL stays valid
+        deadline = time.monotonic() + 30
+        while True:  # the pool reconnects in the background, with backoff
+            try:
+                assert log.last_sequence() == 1
+                break
+            except EventLogUnavailable:
+                assert time.monotonic() < deadline, "the log did not come back"
+                time.sleep(0.2)
+        stored, appended = log.append(accepted("after"))
+        assert appended and stored.sequence == 2
+        assert log.append(accepted("before"))[1] is False
 
 
 # -- replay ---------------------------------------------------------------------------------
@@ -699,33 +849,56 @@ def test_summary_is_json_with_counts_per_state_and_type() -> None:
     assert summary["events"]["accepted"] == 2 and summary["events"]["expired"] == 0
 
 
-def test_replaying_an_export_equals_replaying_the_log(tmp_path: Path) -> None:
-    scenario = [
-        accepted("a"),
-        accepted("b"),
-        dispatched("a"),
-        dispatched("a", 2),
-        event(EventType.BUSY, "b", disc="1"),
-        result("a"),
-        event(EventType.DUPLICATE_SUPPRESSED, "a", disc="1"),
-        event(EventType.REJECTED, "b", status_code=429),
-        accepted("b", disc="2"),
-        dispatched("b"),
-    ]
-    with make_log(tmp_path / "log") as log:
-        log.append_many(scenario)
-        log.append_many(scenario)  # a replayed batch appends nothing
+SCENARIO = [
+    accepted("a"),
+    accepted("b"),
+    dispatched("a"),
+    dispatched("a", 2),
+    event(EventType.BUSY, "b", disc="1"),
+    result("a"),
+    event(EventType.DUPLICATE_SUPPRESSED, "a", disc="1"),
+    event(EventType.REJECTED, "b", status_code=429),
+    accepted("b", disc="2"),
+    dispatched("b"),
+]
+
+
+def test_replaying_an_export_equals_replaying_the_log(log_backend: LogBackend) -> None:
+    with log_backend.open() as log:
+        log.append_many(SCENARIO)
+        log.append_many(SCENARIO)  # a replayed batch appends nothing
         exported = [json.dumps(e.to_dict()) for e in log.read()]
         from_log = replay(log.read())
     from_export = replay(FleetEventRecord.from_dict(json.loads(line)) for line in exported)
-    assert from_export == from_log == replay(log_events(tmp_path / "log"))
-    assert from_log.last_sequence == len(scenario)
+    with log_backend.open(readonly=True) as reopened:
+        assert from_export == from_log == replay(reopened.read())
+    assert from_log.last_sequence == len(SCENARIO)
     assert view(from_log, "a").state == State.COMPLETED
     assert view(from_log, "b").state == State.IN_PROGRESS
 
 
-def log_events(path: Path) -> list[FleetEventRecord]:
-    with make_log(path) as log:
+def test_replay_from_postgres_equals_replay_from_lmdb(tmp_path: Path, postgres_url: str) -> None:
+    # The same appends, one by one and in batches with duplicates, into both backends.
+    logs = [
+        open_event_log(EventLogConfig(path=tmp_path / "log")),
+        open_event_log(EventLogConfig(url=postgres_url)),
+    ]
+    for log in logs:
+        with log:
+            for e in SCENARIO[:4]:
+                log.append(e)
+            log.append_many(SCENARIO)
+            log.append_many([*SCENARIO[4:], result("b", State.FAILED, 500), *SCENARIO[:2]])
+    lmdb_events, postgres_events = (list(log_events(config)) for config in (
+        EventLogConfig(path=tmp_path / "log"), EventLogConfig(url=postgres_url)
+    ))  # fmt: skip
+    assert postgres_events == lmdb_events and len(lmdb_events) == len(SCENARIO) + 1
+    assert replay(postgres_events) == replay(lmdb_events)
+    assert view(replay(postgres_events), "b").state == State.FAILED
+
+
+def log_events(config: EventLogConfig) -> list[FleetEventRecord]:
+    with open_event_log(config, readonly=True) as log:
         return list(log.read())
 
 
