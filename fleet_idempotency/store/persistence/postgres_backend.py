@@ -394,6 +394,11 @@ class PostgresBackend(PersistenceBackend):
                 min_size=1,
                 max_size=_POOL_MAX,
                 timeout=timeout_s,
+                # The pool retries a failed connection with a doubling delay; giving up after
+                # one timeout lets the next call start a fresh attempt at once, so the store
+                # is back within about one timeout of the server, not after minutes of
+                # backoff (the default gives up only after 5 minutes).
+                reconnect_timeout=timeout_s,
                 # Autocommit: transactions are begun explicitly, each with the isolation
                 # level it needs (REPEATABLE READ, read-only for snapshots).
                 kwargs={
