@@ -207,7 +207,9 @@ class _Sql:
 class _PgReadView(ReadView):
     __slots__ = ("_b", "_cur", "_translate")
 
-    def __init__(self, backend: PostgresBackend, cursor: psycopg.Cursor[Any], translate: bool):
+    def __init__(
+        self, backend: PostgresBackend, cursor: psycopg.Cursor[Any], translate: bool
+    ) -> None:
         self._b = backend
         self._cur = cursor
         # Reads outside run_write raise StoreUnavailable themselves; inside run_write the
