@@ -16,12 +16,7 @@ from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_doma
 if TYPE_CHECKING:
     import rclpy.context
 
-pytest_plugins = [
-    "support.ros_support",
-    "support.fleet_harness",
-    "support.postgres_support",
-    "support.store_support",
-]
+pytest_plugins = ["support.ros_support", "support.fleet_harness", "support.postgres_support"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
