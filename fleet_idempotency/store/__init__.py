@@ -1,4 +1,6 @@
-"""Durable idempotency-key store (LMDB). No ROS imports: usable by agents, tools and tests.
+"""Durable idempotency-key store. No ROS imports: usable by agents, tools and tests.
+
+LMDB embedded by default; PostgreSQL (``StoreConfig(url=...)``) for shared replicas.
 
 Typical use on a robot::
 
@@ -23,6 +25,7 @@ from .errors import (
     StoreCorrupted,
     StoreError,
     StoreFull,
+    StoreUnavailable,
     UnknownKey,
 )
 from .fingerprint import canonical_json, command_fingerprint
@@ -66,6 +69,7 @@ __all__ = [
     "StoreCorrupted",
     "StoreError",
     "StoreFull",
+    "StoreUnavailable",
     "Tombstone",
     "UnknownKey",
     "canonical_json",

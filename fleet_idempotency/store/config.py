@@ -1,12 +1,14 @@
-"""Configuration of one store (one LMDB environment directory)."""
+"""Configuration of one store: an LMDB environment directory, or a PostgreSQL schema."""
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Literal, Self
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MiB = 1024 * 1024
 
@@ -14,6 +16,9 @@ ExpiredKeyPolicy = Literal["reject", "new"]
 RecoveryPolicy = Literal["resume", "interrupt"]
 
 _DEFAULT_RECOVERY_POLICIES: dict[str, RecoveryPolicy] = {"move_to_waypoint": "resume"}
+# Lower case only: PostgreSQL folds unquoted names, so "Fleet" and "fleet" would be two
+# schemas to the store but look like one to an operator typing them into psql.
+_PG_SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 class StoreConfig(BaseModel):
@@ -21,7 +26,14 @@ class StoreConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    path: Path
+    # Exactly one of the two: an LMDB directory (embedded, the default on robots) or a
+    # postgresql:// URL (shared by orchestrator replicas).
+    path: Path | None = None
+    url: str | None = None
+    # Schema holding the PostgreSQL tables, so that several stores can share one database.
+    pg_schema: str = "fleet_idem_store"
+    # How long a call waits for a PostgreSQL connection before raising StoreUnavailable.
+    pg_timeout_s: float = Field(default=5.0, gt=0, le=600)
     map_size_initial: int = Field(default=8 * MiB, ge=64 * 1024)
     map_size_max: int = Field(default=1024 * MiB, ge=64 * 1024)
     # Share of map_size_max kept free for finish/release/GC once claims are refused: a robot
@@ -50,8 +62,35 @@ class StoreConfig(BaseModel):
     metasync: bool = True
     group_commit_max_batch: int = Field(default=512, ge=1, le=100_000)
 
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        parts = urlsplit(url)
+        if parts.scheme != "postgresql" or not parts.netloc:
+            raise ValueError(
+                "must be a postgresql:// URL (e.g. postgresql://user@host:5432/dbname), "
+                f"got scheme {parts.scheme or '(none)'!r}"
+            )
+        return url
+
+    @field_validator("pg_schema")
+    @classmethod
+    def _check_pg_schema(cls, schema: str) -> str:
+        if _PG_SCHEMA.fullmatch(schema) is None or schema.startswith("pg_"):
+            raise ValueError(
+                "must be a plain lower-case identifier (a-z, 0-9, _; not starting with a "
+                f"digit or pg_; at most 63 characters), got {schema!r}"
+            )
+        return schema
+
     @model_validator(mode="after")
     def _check_consistency(self) -> Self:
+        if (self.path is None) == (self.url is None):
+            raise ValueError(
+                "exactly one of path (an LMDB directory) and url (a postgresql:// URL) must be set"
+            )
         if self.map_size_initial > self.map_size_max:
             raise ValueError(
                 f"map_size_initial ({self.map_size_initial}) must not exceed "
@@ -64,6 +103,18 @@ class StoreConfig(BaseModel):
                     f"seconds, got {seconds}"
                 )
         return self
+
+    @property
+    def location(self) -> str:
+        """Where the store lives, for messages: the directory, or the URL without password."""
+        if self.url is None:
+            return str(self.path)
+        parts = urlsplit(self.url)
+        netloc = parts.netloc
+        if parts.password is not None:
+            user, _, host = netloc.rpartition("@")
+            netloc = f"{user.partition(':')[0]}:***@{host}"
+        return f"{urlunsplit(parts._replace(netloc=netloc))} (schema {self.pg_schema})"
 
     def retention_for(self, command_type: str) -> float:
         return self.retention_s_by_type.get(command_type, self.default_retention_s)

@@ -52,6 +52,15 @@ class StoreClosed(StoreError):
     status_code = 503
 
 
+class StoreUnavailable(StoreError):
+    """The database behind the store cannot be reached (or stayed too busy to commit).
+
+    Retryable: the store reconnects by itself once the database answers again.
+    """
+
+    status_code = 503
+
+
 class ReadOnlyStore(StoreError):
     """A write was attempted on a store opened read-only (e.g. by the operator CLI)."""
 

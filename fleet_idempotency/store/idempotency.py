@@ -3,7 +3,7 @@
 Every state change is one function over a ``WriteView`` that runs inside a single write
 transaction of the group committer, so "check then insert" is one atomic step: the
 transaction is the compare-and-swap, across threads (one writer thread) and across
-processes (LMDB's writer lock).
+processes (LMDB's writer lock, or PostgreSQL's guarded writes re-run on conflict).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from .outcomes import (
     RecoveryReport,
     Replay,
 )
+from .persistence import open_backend
 from .persistence.base import PersistenceBackend, ReadView, WriteView
-from .persistence.lmdb_backend import LmdbBackend
 from .records import Record, State, Tombstone
 from .requests import (
     ClaimRequest,
@@ -109,21 +109,14 @@ class IdempotencyStore:
         owner: str | None = None,
         owner_alive: Callable[[str], bool] = owner_identity.is_alive,
     ) -> IdempotencyStore:
-        """Open (creating if needed) the store at ``config.path``.
+        """Open (creating if needed) the store at ``config.path`` or ``config.url``.
 
         Unless ``readonly`` or ``recover=False``, in-flight records of dead owners are
         resolved at once; the result is kept in ``last_recovery`` (resumed records must be
         re-run by the caller). ``owner``/``owner_alive`` exist for tests that simulate
         other processes.
         """
-        backend = LmdbBackend(
-            config.path,
-            map_size_initial=config.map_size_initial,
-            map_size_max=config.map_size_max,
-            durable=config.durable,
-            metasync=config.metasync,
-            readonly=readonly,
-        )
+        backend = open_backend(config, readonly=readonly)
         store = cls(
             config,
             backend,
@@ -292,7 +285,7 @@ class IdempotencyStore:
         limit = self.config.claim_limit_bytes
         if used + extra_bytes > limit:
             raise StoreFull(
-                f"the store at {self.config.path} holds {used} bytes of live data and new "
+                f"the store at {self.config.location} holds {used} bytes of live data and new "
                 f"claims are limited to {limit} bytes (map_size_max minus headroom); new "
                 "claims are refused until GC frees space, stored records are intact"
             )

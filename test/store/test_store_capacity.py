@@ -1,4 +1,10 @@
-"""Map growth, the full store, and refusing files that are not (our) stores."""
+"""Map growth, the full store, and refusing files that are not (our) stores.
+
+The full-store tests run on both backends: on PostgreSQL ``map_size_max`` bounds the live
+data the store counts (rows' bytes plus a fixed overhead each), as the map bounds it on
+LMDB. Map growth and foreign or damaged files are LMDB's alone (PostgreSQL has no map;
+its own schema checks are in test_store_postgres.py).
+"""
 
 from __future__ import annotations
 
@@ -19,7 +25,15 @@ from fleet_idempotency.store import (
     StoreFull,
 )
 
-from support.store_support import ROBOT, FakeClock, claim_args, make_config, read_line, spawn_child
+from support.store_support import (
+    ROBOT,
+    FakeClock,
+    Location,
+    claim_args,
+    make_config,
+    read_line,
+    spawn_child,
+)
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -39,11 +53,11 @@ def test_map_grows_automatically_up_to_the_maximum(tmp_path: Path) -> None:
 
 
 def test_full_store_refuses_claims_keeps_data_and_still_finishes_and_collects(
-    tmp_path: Path,
+    store_location: Location,
 ) -> None:
     clock = FakeClock()
     config = make_config(
-        tmp_path / "s",
+        store_location,
         map_size_initial=256 * KIB,
         map_size_max=2 * MIB,
         default_retention_s=10,
@@ -77,9 +91,11 @@ def test_full_store_refuses_claims_keeps_data_and_still_finishes_and_collects(
         assert all(t is not None and t.state == State.COMPLETED for t in tombstoned)
 
 
-def test_claims_that_stopped_at_full_are_all_intact_after_reopen(tmp_path: Path) -> None:
+def test_claims_that_stopped_at_full_are_all_intact_after_reopen(
+    store_location: Location,
+) -> None:
     config = make_config(
-        tmp_path / "s", map_size_initial=256 * KIB, map_size_max=1 * MIB, durable=False
+        store_location, map_size_initial=256 * KIB, map_size_max=1 * MIB, durable=False
     )
     claimed: list[str] = []
     with IdempotencyStore.open(config) as store:

@@ -7,11 +7,18 @@ import os
 import signal
 import threading
 from collections import Counter
-from pathlib import Path
+from typing import Any
 
 from fleet_idempotency.store import Claimed, IdempotencyStore, InProgress, Record, State
 
-from support.store_support import ROBOT, claim_args, make_config, read_line, spawn_child
+from support.store_support import (
+    ROBOT,
+    Location,
+    claim_args,
+    make_config,
+    read_line,
+    spawn_child,
+)
 
 
 def _race_one_key(store: IdempotencyStore, key: str, contenders: int) -> Counter[type]:
@@ -33,16 +40,16 @@ def _race_one_key(store: IdempotencyStore, key: str, contenders: int) -> Counter
     return Counter(type(o) for o in outcomes)
 
 
-def test_same_key_from_many_threads_has_exactly_one_winner(tmp_path: Path) -> None:
-    with IdempotencyStore.open(make_config(tmp_path / "s")) as store:
+def test_same_key_from_many_threads_has_exactly_one_winner(store_location: Location) -> None:
+    with IdempotencyStore.open(make_config(store_location)) as store:
         for round_number in range(20):
             kinds = _race_one_key(store, f"hot-{round_number}", 8)
             assert kinds == Counter({Claimed: 1, InProgress: 7})
 
 
-def test_concurrent_claims_share_commits(tmp_path: Path) -> None:
+def test_concurrent_claims_share_commits(store_location: Location) -> None:
     threads_n, per_thread = 8, 100
-    with IdempotencyStore.open(make_config(tmp_path / "s")) as store:
+    with IdempotencyStore.open(make_config(store_location)) as store:
         before = store.stats()["commits"]
         barrier = threading.Barrier(threads_n)
 
@@ -64,37 +71,53 @@ def test_concurrent_claims_share_commits(tmp_path: Path) -> None:
         assert stats["max_commit_batch"] > 1
 
 
-def test_lone_caller_gets_one_commit_per_claim(tmp_path: Path) -> None:
-    with IdempotencyStore.open(make_config(tmp_path / "s")) as store:
+def test_lone_caller_gets_one_commit_per_claim(store_location: Location) -> None:
+    with IdempotencyStore.open(make_config(store_location)) as store:
         before = store.stats()["commits"]
         for i in range(5):
             store.claim(**claim_args(f"k{i}"))
         assert store.stats()["commits"] - before == 5
 
 
-def test_processes_claiming_overlapping_keys_win_each_key_exactly_once(tmp_path: Path) -> None:
-    path = tmp_path / "s"
-    IdempotencyStore.open(make_config(path)).close()
-    racers = [spawn_child("race", str(path), "key-", "150", str(seed)) for seed in range(3)]
+def _race_processes(location: Location, seeds: list[int], count: int) -> list[dict[str, Any]]:
+    IdempotencyStore.open(make_config(location)).close()
+    racers = [spawn_child("race", str(location), "key-", str(count), str(s)) for s in seeds]
     for racer in racers:
         assert read_line(racer) == "started"
     for racer in racers:
         assert racer.stdin is not None
         racer.stdin.write("go\n")
         racer.stdin.flush()
-    won_lists = [json.loads(read_line(racer)) for racer in racers]
+    reports = [json.loads(read_line(racer)) for racer in racers]
     for racer in racers:
         assert racer.wait(60) == 0
-    wins = Counter(key for won in won_lists for key in won)
-    assert set(wins) == {f"key-{i}" for i in range(150)}
+    wins = Counter(key for report in reports for key in report["won"])
+    assert set(wins) == {f"key-{i}" for i in range(count)}
     assert set(wins.values()) == {1}
-    assert sum(1 for won in won_lists if won) >= 2, (
+    winner = {key: report["owner"] for report in reports for key in report["won"]}
+    for report in reports:  # every loser was answered with the winner's record
+        assert all(winner[key] == owner for key, owner in report["lost_to"].items())
+    return reports
+
+
+def test_processes_claiming_overlapping_keys_win_each_key_exactly_once(
+    store_location: Location,
+) -> None:
+    reports = _race_processes(store_location, [0, 1, 2], 150)
+    assert sum(1 for report in reports if report["won"]) >= 2, (
         "the race was not a race: one process won everything"
     )
 
 
-def test_claim_is_durable_when_it_returns(tmp_path: Path) -> None:
-    path = tmp_path / "s"
+def test_processes_claiming_the_same_keys_in_the_same_order_win_each_exactly_once(
+    store_location: Location,
+) -> None:
+    # One seed for all: every key is claimed by all racers at about the same instant.
+    _race_processes(store_location, [7, 7, 7], 100)
+
+
+def test_claim_is_durable_when_it_returns(store_location: Location) -> None:
+    path = store_location
     child = spawn_child("claim_and_hold", str(path), "k-durable", "move-1")
     assert read_line(child) == "Claimed k-durable"
     assert read_line(child) == "Claimed move-1"
@@ -106,3 +129,24 @@ def test_claim_is_durable_when_it_returns(tmp_path: Path) -> None:
         # The owner died mid-execution: a pick is never silently re-run.
         assert pick.state == State.INTERRUPTED
         assert [r.key for r in store.last_recovery.resumed] == ["move-1"]
+
+
+def test_wait_for_final_sees_a_finish_committed_by_another_process(
+    store_location: Location,
+) -> None:
+    body = json.dumps({"finished_by": "another process"})
+    with IdempotencyStore.open(make_config(store_location)) as store:
+        assert isinstance(store.claim(**claim_args("k-remote")), Claimed)
+        waited: list[Record | None] = []
+        waiter = threading.Thread(
+            target=lambda: waited.append(store.wait_for_final(ROBOT, "k-remote", timeout_s=30))
+        )
+        waiter.start()
+        # No commit of this process wakes the waiter: only polling can see the child's.
+        child = spawn_child("finish", str(store_location), "k-remote", body)
+        assert read_line(child) == "finished"
+        assert child.wait(30) == 0
+        waiter.join(10)
+        assert not waiter.is_alive()
+        assert waited[0] is not None
+        assert (waited[0].state, waited[0].result_json) == (State.COMPLETED, body)

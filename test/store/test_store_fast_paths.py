@@ -32,7 +32,7 @@ from fleet_idempotency.store.persistence.codec import (
 from fleet_idempotency.store.persistence.rwlock import SharedExclusiveLock
 from fleet_idempotency.store.requests import validate_claim
 
-from support.store_support import ROBOT, claim_args, make_config
+from support.store_support import ROBOT, Location, claim_args, make_config
 
 RID = b"amr-1\x00k1"
 
@@ -132,8 +132,8 @@ def test_identical_resend_is_still_validated_for_the_other_fields(tmp_path: Path
     assert too_big.value.field == "payload_json"
 
 
-def test_replay_and_mismatch_answers_through_the_store(tmp_path: Path) -> None:
-    with IdempotencyStore.open(make_config(tmp_path / "s", durable=False)) as store:
+def test_replay_and_mismatch_answers_through_the_store(store_location: Location) -> None:
+    with IdempotencyStore.open(make_config(store_location, durable=False)) as store:
         store.claim(**claim_args("k1"))
         store.finish(ROBOT, "k1", state=State.COMPLETED, status_code=200, result_json="{}")
         assert isinstance(store.claim(**claim_args("k1")), Replay)

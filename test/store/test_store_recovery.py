@@ -6,7 +6,6 @@ import json
 import os
 import random
 import signal
-from pathlib import Path
 
 from fleet_idempotency.store import (
     INTERRUPTED_STATUS_CODE,
@@ -20,7 +19,14 @@ from fleet_idempotency.store import (
     is_alive,
 )
 
-from support.store_support import ROBOT, claim_args, make_config, read_line, spawn_child
+from support.store_support import (
+    ROBOT,
+    Location,
+    claim_args,
+    make_config,
+    read_line,
+    spawn_child,
+)
 
 
 def test_owner_identity_detects_dead_and_reused_processes() -> None:
@@ -32,8 +38,10 @@ def test_owner_identity_detects_dead_and_reused_processes() -> None:
     assert not is_alive(f"{boot}/999999999/1")
 
 
-def test_recovery_interrupts_picks_and_resumes_moves_of_a_dead_owner(tmp_path: Path) -> None:
-    path = tmp_path / "s"
+def test_recovery_interrupts_picks_and_resumes_moves_of_a_dead_owner(
+    store_location: Location,
+) -> None:
+    path = store_location
     child = spawn_child("claim_and_hold", str(path), "pick-1", "move-1", "pick-2")
     while read_line(child) != "ready":
         pass
@@ -66,8 +74,10 @@ def test_recovery_interrupts_picks_and_resumes_moves_of_a_dead_owner(tmp_path: P
         assert store.stats()["recovered_interrupted"] == 2
 
 
-def test_two_processes_recovering_at_once_never_resume_the_same_record(tmp_path: Path) -> None:
-    path = tmp_path / "s"
+def test_two_processes_recovering_at_once_never_resume_the_same_record(
+    store_location: Location,
+) -> None:
+    path = store_location
     keys = [f"move-{i}" for i in range(40)]
     victim = spawn_child("claim_and_hold", str(path), *keys)
     while read_line(victim) != "ready":
@@ -90,8 +100,10 @@ def test_two_processes_recovering_at_once_never_resume_the_same_record(tmp_path:
     assert sorted(resumed) == sorted(keys)  # each exactly once, by one of the two
 
 
-def test_accepted_records_of_a_dead_owner_resume_whatever_the_type(tmp_path: Path) -> None:
-    config = make_config(tmp_path / "s")
+def test_accepted_records_of_a_dead_owner_resume_whatever_the_type(
+    store_location: Location,
+) -> None:
+    config = make_config(store_location)
     with IdempotencyStore.open(config, owner="boot/1/1") as first:
         first.claim(**claim_args("queued-pick"), initial_state=State.ACCEPTED)
         first.claim(**claim_args("running-pick"))
@@ -100,8 +112,8 @@ def test_accepted_records_of_a_dead_owner_resume_whatever_the_type(tmp_path: Pat
         assert [r.key for r in second.last_recovery.interrupted] == ["running-pick"]
 
 
-def test_random_kill_9_while_claiming_and_finishing(tmp_path: Path) -> None:
-    path = tmp_path / "s"
+def test_random_kill_9_while_claiming_and_finishing(store_location: Location) -> None:
+    path = store_location
     rng = random.Random(20260)
     acknowledged_claims: dict[str, str] = {}
     acknowledged_finishes: set[str] = set()

@@ -1,10 +1,9 @@
-"""Each line of DESIGN.md "Semantics" that concerns the store, pinned on a real LMDB file."""
+"""Each line of DESIGN.md "Semantics" that concerns the store, pinned on each real backend."""
 
 from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -25,7 +24,7 @@ from fleet_idempotency.store import (
     command_fingerprint,
 )
 
-from support.store_support import ROBOT, FakeClock, claim_args, make_config
+from support.store_support import ROBOT, FakeClock, Location, claim_args, make_config
 
 OK_BODY = json.dumps({"picked": "A1"})
 
@@ -36,9 +35,9 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def store(tmp_path: Path, clock: FakeClock) -> IdempotencyStore:
+def store(store_location: Location, clock: FakeClock) -> IdempotencyStore:
     opened = IdempotencyStore.open(
-        make_config(tmp_path / "store", default_retention_s=100, tombstone_retention_s=1000),
+        make_config(store_location, default_retention_s=100, tombstone_retention_s=1000),
         clock=clock,
     )
     yield opened  # type: ignore[misc]
@@ -221,8 +220,8 @@ def test_bad_finish_arguments_are_400_and_leave_the_claim(
     assert isinstance(found, Record) and found.state == State.IN_PROGRESS
 
 
-def test_oversize_payload_and_result_are_rejected_not_truncated(tmp_path: Path) -> None:
-    config = make_config(tmp_path / "s", max_payload_bytes=100, max_result_bytes=50)
+def test_oversize_payload_and_result_are_rejected_not_truncated(store_location: Location) -> None:
+    config = make_config(store_location, max_payload_bytes=100, max_result_bytes=50)
     with IdempotencyStore.open(config) as store:
         with pytest.raises(InvalidRequest) as error:
             store.claim(**claim_args("big", slot="x" * 100))
@@ -335,8 +334,10 @@ def test_expired_key_is_answered_410_use_status_check_by_default(
     assert store.stats()["expired_hits"] == 2
 
 
-def test_expired_key_policy_new_runs_it_as_a_new_command(tmp_path: Path, clock: FakeClock) -> None:
-    config = make_config(tmp_path / "s", default_retention_s=100, expired_key_policy="new")
+def test_expired_key_policy_new_runs_it_as_a_new_command(
+    store_location: Location, clock: FakeClock
+) -> None:
+    config = make_config(store_location, default_retention_s=100, expired_key_policy="new")
     with IdempotencyStore.open(config, clock=clock) as store:
         _finished(store, "a")
         _finished(store, "b")
@@ -356,8 +357,10 @@ def test_key_is_new_again_once_its_tombstone_lapsed(
     assert isinstance(store.claim(**claim_args("k")), Claimed)
 
 
-def test_retention_per_command_type_and_per_caller(tmp_path: Path, clock: FakeClock) -> None:
-    config = make_config(tmp_path / "s", default_retention_s=100, retention_s_by_type={"dock": 10})
+def test_retention_per_command_type_and_per_caller(
+    store_location: Location, clock: FakeClock
+) -> None:
+    config = make_config(store_location, default_retention_s=100, retention_s_by_type={"dock": 10})
     with IdempotencyStore.open(config, clock=clock) as store:
         docked = store.claim(**claim_args("d", command_type="dock"))
         custom = store.claim(**claim_args("c"), retention_s=5000)
@@ -379,8 +382,8 @@ def test_gc_never_purges_in_flight_records_it_defers_them(
     assert isinstance(store.claim(**claim_args("running")), InProgress)
 
 
-def test_gc_works_in_small_batches(tmp_path: Path, clock: FakeClock) -> None:
-    config = make_config(tmp_path / "s", default_retention_s=10, gc_batch_size=7, durable=False)
+def test_gc_works_in_small_batches(store_location: Location, clock: FakeClock) -> None:
+    config = make_config(store_location, default_retention_s=10, gc_batch_size=7, durable=False)
     with IdempotencyStore.open(config, clock=clock) as store:
         for i in range(30):
             _finished(store, f"k{i}")

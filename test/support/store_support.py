@@ -1,7 +1,11 @@
 """Shared helpers of the store tests, and the child-process entry point they spawn.
 
 Children are real processes (``python store_support.py MODE ...``) so that crashes are
-real SIGKILLs and cross-process locking is LMDB's own, not simulated.
+real SIGKILLs and cross-process locking is the engine's own (LMDB's writer lock,
+PostgreSQL's transactions), not simulated.
+
+A store's *location* is an LMDB directory or a ``postgresql://`` URL; ``store_location``
+gives each test one of each kind (ids ``[lmdb]``, ``[postgres]``).
 """
 
 from __future__ import annotations
@@ -9,12 +13,16 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
@@ -41,10 +49,51 @@ class FakeClock:
         self.now += seconds
 
 
-def make_config(path: Path, **overrides: Any) -> StoreConfig:
-    settings: dict[str, Any] = {"path": path}
+Location = Path | str
+BACKENDS = ["lmdb", "postgres"]
+
+
+def is_postgres(location: Location) -> bool:
+    return isinstance(location, str) and location.startswith("postgresql://")
+
+
+def make_config(location: Location, **overrides: Any) -> StoreConfig:
+    """A config for the store at ``location`` (a directory, or a PostgreSQL URL)."""
+    settings: dict[str, Any] = (
+        {"url": location} if is_postgres(location) else {"path": Path(location)}
+    )
     settings.update(overrides)
     return StoreConfig(**settings)
+
+
+@pytest.fixture(params=BACKENDS)
+def store_location(request: pytest.FixtureRequest, tmp_path: Path) -> Location:
+    """Where this test's store lives: an LMDB directory, or an empty PostgreSQL database."""
+    if request.param == "lmdb":
+        return tmp_path / "s"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def fresh_store_config(store_location: Location) -> Iterator[Callable[..., StoreConfig]]:
+    """A factory of configs, each naming a store of its own (for one test, many stores).
+
+    LMDB: a new directory each; PostgreSQL: a new schema each, in the test's database,
+    which is the cheap way to get an empty store (a database takes ~100 ms to create).
+    """
+    made: list[Path] = []
+    numbers = iter(range(1_000_000))
+
+    def factory(**overrides: Any) -> StoreConfig:
+        number = next(numbers)
+        if is_postgres(store_location):
+            return make_config(store_location, pg_schema=f"store_{number}", **overrides)
+        made.append(Path(tempfile.mkdtemp(prefix="store-")))
+        return make_config(made[-1] / "s", **overrides)
+
+    yield factory
+    for folder in made:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def payload(**fields: Any) -> str:
@@ -101,8 +150,8 @@ def _ack(text: str) -> None:
     sys.stdout.flush()
 
 
-def _child_claim_and_hold(path: str, *keys: str) -> None:
-    store = IdempotencyStore.open(make_config(Path(path)))
+def _child_claim_and_hold(location: str, *keys: str) -> None:
+    store = IdempotencyStore.open(make_config(location))
     for key in keys:
         command_type = "move_to_waypoint" if key.startswith("move") else "pick"
         outcome = store.claim(**claim_args(key, command_type=command_type))
@@ -111,20 +160,28 @@ def _child_claim_and_hold(path: str, *keys: str) -> None:
     sys.stdin.read()  # hold the claims until the parent kills us or closes stdin
 
 
-def _child_race(path: str, prefix: str, count: str, seed: str) -> None:
+def _child_race(location: str, prefix: str, count: str, seed: str) -> None:
     keys = [f"{prefix}{i}" for i in range(int(count))]
     random.Random(int(seed)).shuffle(keys)
     _ack("started")
     sys.stdin.readline()  # start signal: all racers begin together
-    store = IdempotencyStore.open(make_config(Path(path)))
-    won = [key for key in keys if type(store.claim(**claim_args(key))).__name__ == "Claimed"]
+    store = IdempotencyStore.open(make_config(location))
+    won: list[str] = []
+    # For each key lost, the owner named by the duplicate answer: it must be the winner.
+    lost_to: dict[str, str] = {}
+    for key in keys:
+        outcome = store.claim(**claim_args(key))
+        if type(outcome).__name__ == "Claimed":
+            won.append(key)
+        else:
+            lost_to[key] = outcome.record.owner  # type: ignore[union-attr]
     store.close()
-    _ack(json.dumps(won))
+    _ack(json.dumps({"owner": store.owner, "won": won, "lost_to": lost_to}))
 
 
-def _child_crash_loop(path: str, seed: str) -> None:
+def _child_crash_loop(location: str, seed: str) -> None:
     rng = random.Random(int(seed))
-    store = IdempotencyStore.open(make_config(Path(path)))
+    store = IdempotencyStore.open(make_config(location))
     _ack("open")
     for i in range(1_000_000):
         key = f"{seed}-{i}"
@@ -136,10 +193,10 @@ def _child_crash_loop(path: str, seed: str) -> None:
             _ack(f"F {key}")
 
 
-def _child_recover(path: str) -> None:
+def _child_recover(location: str) -> None:
     _ack("started")
     sys.stdin.readline()
-    store = IdempotencyStore.open(make_config(Path(path)))
+    store = IdempotencyStore.open(make_config(location))
     report = store.last_recovery
     _ack(
         json.dumps(
@@ -163,7 +220,14 @@ def _child_grow(path: str, count: str) -> None:
     _ack(json.dumps({"map_size": stats["map_size"]}))
 
 
+def _child_finish(location: str, key: str, body: str) -> None:
+    with IdempotencyStore.open(make_config(location), recover=False) as store:
+        store.finish(ROBOT, key, state=3, status_code=200, result_json=body)
+    _ack("finished")
+
+
 _MODES: dict[str, Callable[..., None]] = {
+    "finish": _child_finish,
     "claim_and_hold": _child_claim_and_hold,
     "race": _child_race,
     "crash_loop": _child_crash_loop,

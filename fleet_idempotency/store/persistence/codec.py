@@ -16,6 +16,8 @@ from ..keys import split_record_id
 from ..records import Record, State, Tombstone
 
 SCHEMA_VERSION = 1
+# Written with the schema version into every store's meta, whatever the engine.
+FORMAT_MARKER = b"fleet_idempotency.store"
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 # JSONEncoder.encode builds a new C encoder on every call; one built once and reused gives

@@ -24,6 +24,7 @@ from ..keys import record_id
 from ..records import Record, Tombstone
 from .base import CapacityExhausted, PersistenceBackend, ReadView, StoreCounts, WriteView
 from .codec import (
+    FORMAT_MARKER,
     SCHEMA_VERSION,
     decode_record,
     decode_record_as,
@@ -37,7 +38,6 @@ from .lmdb_env import META_DB, LmdbEnvironment, LmdbErrors, LmdbLayout
 T = TypeVar("T")
 E = TypeVar("E")
 
-FORMAT_MARKER = b"fleet_idempotency.store"
 _LAYOUT = LmdbLayout(
     (b"records", b"tombstones", b"rec_expiry", b"tomb_expiry", b"in_flight", META_DB),
     FORMAT_MARKER, SCHEMA_VERSION, data_db=b"records",
