@@ -32,6 +32,12 @@ from fleet_idempotency.orchestrator.core import (
     SubmitRequest,
 )
 from fleet_idempotency.orchestrator.dispatch_loop import DispatchLoop
+from fleet_idempotency.orchestrator.replica import (
+    ReplicaLeases,
+    ReplicaSettings,
+    open_shared_log,
+    open_shared_store,
+)
 from fleet_idempotency.orchestrator.robot_links import RobotLinks
 from fleet_idempotency.protocol import CONFLICT, INTERNAL, Delivery, KeyStatus
 from fleet_idempotency.ros.convert import (
@@ -48,6 +54,10 @@ from fleet_idempotency.srv import CheckKey, SubmitCommand
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 
 ROBOT_CHECK_TIMEOUT_S = 2.0
+# Replicas: how often to look in the shared log for commands other replicas accepted for
+# robots this one holds (one indexed read), and to sweep the store for unlogged claims.
+FOLLOW_PERIOD_S = 0.05
+SWEEP_PERIOD_S = 5.0
 # A submit that waits for its final result holds an executor thread for the whole wait
 # (rclpy's service callbacks must return the response, and its coroutine tasks busy-poll).
 # Waits get their own share of threads and never all of them: if every thread could
@@ -66,17 +76,24 @@ class Orchestrator(Node):
         root = Path(p["store_dir"]).expanduser()
         # The robot dedups every re-send, so the orchestrator resumes all of its in-flight
         # commands after a crash: none is interrupted, none is lost.
-        self.store = IdempotencyStore.open(
-            StoreConfig(
-                path=root / "keys",
-                default_retention_s=p["retention_s"],
-                tombstone_retention_s=p["tombstone_retention_s"],
-                default_recovery_policy="resume",
-                recovery_policy_by_type={},
-                durable=p["durable"],
+        store_settings: dict[str, Any] = {
+            "default_retention_s": p["retention_s"],
+            "tombstone_retention_s": p["tombstone_retention_s"],
+            "default_recovery_policy": "resume",
+            "recovery_policy_by_type": {},
+            "durable": p["durable"],
+        }
+        self._replica: ReplicaSettings | None = None
+        if p["store_url"]:
+            # One of several replicas sharing a PostgreSQL database (see replica.py).
+            self._replica = ReplicaSettings(
+                store_url=p["store_url"], name=p["replica_name"], lease_ttl_s=p["lease_ttl_s"]
             )
-        )
-        self.events = LmdbEventLog(EventLogConfig(path=root / "events", durable=p["durable"]))
+            self.store = open_shared_store(p["store_url"], **store_settings)
+            self.events = open_shared_log(p["store_url"], durable=p["durable"])
+        else:
+            self.store = IdempotencyStore.open(StoreConfig(path=root / "keys", **store_settings))
+            self.events = LmdbEventLog(EventLogConfig(path=root / "events", durable=p["durable"]))
         self._events_pub = self.create_publisher(FleetEvent, "/fleet/events", RELIABLE_TOPIC_QOS)
         self._rng = random.Random(p["seed"] or None)
         self._reorder_probability = float(p["reorder_delivery_probability"])
@@ -100,8 +117,10 @@ class Orchestrator(Node):
             on_event=self._publish_event,
             rng=self._rng,
             signer=CommandSigner(self._keyring.keyring) if self._keyring else None,
+            replicated=self._replica is not None,
         )
-        self.core.restore()
+        if self._replica is None:
+            self.core.restore()
         self._wait_slots = threading.BoundedSemaphore(MAX_WAITING_SUBMITS)
 
         guard = CallbackGuard(
@@ -112,14 +131,14 @@ class Orchestrator(Node):
         # one client loses requests, which the client only notices by its own timeout.
         self.create_service(
             SubmitCommand,
-            "/fleet/submit_command",
+            f"{p['api_namespace']}/submit_command",
             guard.service("submit_command", self._on_submit, _submit_failed),
             qos_profile=SERVICE_QOS,
             callback_group=api,
         )
         self.create_service(
             CheckKey,
-            "/fleet/check_key",
+            f"{p['api_namespace']}/check_key",
             guard.service("check_key", self._on_check_key, check_key_failed),
             qos_profile=SERVICE_QOS,
             callback_group=api,
@@ -161,10 +180,36 @@ class Orchestrator(Node):
                 guard.timer("auth_reload", self._reload_keyring),
                 callback_group=timers,
             )
+        self._leases: ReplicaLeases | None = None
+        if self._replica is not None:
+            self._leases = ReplicaLeases(
+                self.core,
+                self._replica,
+                [spec.id for spec in fleet.robots],
+                on_change=self._dispatch.kick,
+                log=self.get_logger().info,
+            )
+            self.create_timer(
+                FOLLOW_PERIOD_S, guard.timer("follow_log", self._follow_log), callback_group=timers
+            )
+            self.create_timer(
+                SWEEP_PERIOD_S, guard.timer("sweep", self._sweep), callback_group=timers
+            )
+            self._leases.start()
+        where = f"shared store {_redacted(p['store_url'])}" if self._replica else f"store {root}"
         self.get_logger().info(
-            f"orchestrating {len(fleet.robots)} robots; store {root}; "
-            f"restored {self.core.counters['restored']} in-flight commands"
+            f"orchestrating {len(fleet.robots)} robots; {where}; "
+            f"restored {self.core.counters['restored']} in-flight commands; "
+            f"API at {p['api_namespace']}/submit_command"
         )
+
+    def _follow_log(self) -> None:
+        if self.core.follow_log():
+            self._dispatch.kick()
+
+    def _sweep(self) -> None:
+        if self.core.sweep():
+            self._dispatch.kick()
 
     def _declare_parameters(self) -> dict[str, Any]:
         defaults: dict[str, Any] = {
@@ -188,6 +233,14 @@ class Orchestrator(Node):
             # key. Empty: commands go unsigned (robots without a keyring accept them).
             "auth_keyring": "",
             "auth_reload_period_s": 5.0,
+            # Replicas: a postgresql:// URL shared by every replica (key store, event log,
+            # leases). Empty: a lone orchestrator on LMDB under store_dir.
+            "store_url": "",
+            "replica_name": "orchestrator",
+            "lease_ttl_s": 3.0,
+            # Where the API's services live; each replica needs its own (two servers of one
+            # service would both answer every request).
+            "api_namespace": "/fleet",
         }
         return {
             name: self.declare_parameter(name, default).value for name, default in defaults.items()
@@ -329,10 +382,19 @@ class Orchestrator(Node):
         self.store.gc(max_batches=4)
 
     def shutdown(self) -> None:
+        if self._leases is not None:
+            self._leases.close()
         self._dispatch.stop()
         self._links.close()
         self.store.close()
         self.events.close()
+
+
+def _redacted(url: str) -> str:
+    """``url`` without a password, for logs."""
+    scheme, _, rest = url.partition("://")
+    credentials, at, place = rest.rpartition("@")
+    return f"{scheme}://{credentials.partition(':')[0]}{at}{place}" if at else url
 
 
 def _with_message(status: KeyStatus, message: str) -> KeyStatus:

@@ -39,13 +39,22 @@ class Submitted:
 
 
 class FleetClient:
-    def __init__(self, context: Context | None = None, name: str = "fleet_client") -> None:
+    def __init__(
+        self,
+        context: Context | None = None,
+        name: str = "fleet_client",
+        *,
+        api_namespace: str = "/fleet",
+    ) -> None:
+        """``api_namespace``: where the orchestrator's services are (one per replica)."""
         self.context = context or rclpy.get_default_context()
         self.node = rclpy.create_node(name, context=self.context)
         self._submit = self.node.create_client(
-            SubmitCommand, "/fleet/submit_command", qos_profile=SERVICE_QOS
+            SubmitCommand, f"{api_namespace}/submit_command", qos_profile=SERVICE_QOS
         )
-        self._check = self.node.create_client(CheckKey, "/fleet/check_key", qos_profile=SERVICE_QOS)
+        self._check = self.node.create_client(
+            CheckKey, f"{api_namespace}/check_key", qos_profile=SERVICE_QOS
+        )
         self._world = self.node.create_client(
             GetWorldState, "/world/state", qos_profile=SERVICE_QOS
         )
