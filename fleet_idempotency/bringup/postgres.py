@@ -114,6 +114,10 @@ class LocalPostgres:
     def restart(self, mode: str = "fast") -> None:
         """Stop and start again on the same port: clients' URLs stay valid."""
         self.stop(mode)
+        self.start_again()
+
+    def start_again(self) -> None:
+        """Start a stopped server on the port it had."""
         started = self._start_server()
         if started.returncode != 0:
             raise PostgresUnavailable(f"pg_ctl start failed: {self.server_log()[-2000:]}")

@@ -7,6 +7,7 @@ is killed with SIGKILL mid-mission.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from fleet_idempotency.bringup.postgres import LocalPostgres
 from fleet_idempotency.orchestrator.dispatch import robot_key
 from fleet_idempotency.orchestrator.postgres_leases import PostgresLeaseTable
 from fleet_idempotency.store import State
@@ -68,6 +70,10 @@ def replica_fleet(
     yield first, second
     first.close()
     second.close()
+    # Before the database is dropped under them.
+    for name in ("replica_a", "replica_b"):
+        if children.processes[name].poll() is None:
+            children.kill(name, signal.SIGTERM)
 
 
 def wait_final(client: Any, key: str, timeout_s: float = 90.0) -> Any:
@@ -143,3 +149,33 @@ def test_kill_9_of_the_lease_holder_mid_mission_finishes_every_command_once(
         late = survivor.submit("wms", f"after-{robot_id}", robot_id, command, payload)
         assert late.response.status_code in (200, 202)
         wait_final(survivor, f"after-{robot_id}")
+
+
+def test_a_database_restart_mid_mission_is_503_while_down_then_every_command_runs_once(
+    fleet: FleetHarness,
+    replica_fleet: tuple[Any, Any],
+    postgres_server: LocalPostgres,
+) -> None:
+    holder, other = replica_fleet
+    keys: list[tuple[str, str]] = []
+    for n in range(6):
+        robot_id = list(WORK)[n % 3]
+        answer = (holder, other)[n % 2].submit("wms", f"db-{n}", robot_id, *WORK[robot_id])
+        assert answer.response.status_code == 202, answer.response.message
+        keys.append((f"db-{n}", robot_id))
+    postgres_server.stop(mode="immediate")
+    try:
+        down = other.submit("wms", "while-down", "amr_1", *WORK["amr_1"], deadline_s=60.0)
+        assert down.response.status_code == 503, down.response.message
+        assert "unavailable" in down.response.message
+    finally:
+        postgres_server.start_again()
+    # The same key again: new (200/202), or 409 when the client's own re-send of the
+    # refused submit, still queued at the replica, was claimed once the database was back.
+    again = other.submit("wms", "while-down", "amr_1", *WORK["amr_1"], deadline_s=60.0)
+    assert again.response.status_code in (200, 202, 409), again.response.message
+    keys.append(("while-down", "amr_1"))
+    for key, robot_id in keys:
+        status = wait_final(other, key)
+        assert status.state == int(State.COMPLETED), (key, status)
+        assert fleet.side_effects(robot_id, robot_key("wms", key)) == 1, key
