@@ -15,14 +15,20 @@ from fleet_idempotency.events import EventLogConfig, open_event_log, replay
 from fleet_idempotency.store import IdempotencyStore, StoreConfig
 
 
-def audit_orchestrator(store_dir: Path, event_log: EventLogConfig | None = None) -> dict[str, Any]:
+def audit_orchestrator(
+    store_dir: Path, event_log: EventLogConfig | None = None, store_url: str | None = None
+) -> dict[str, Any]:
+    """``store_url``: the replicas' shared PostgreSQL database (key store and log)."""
     root = store_dir / "orchestrator"
+    if store_url is not None and event_log is None:
+        event_log = EventLogConfig(url=store_url)
     config = EventLogConfig(path=root / "events") if event_log is None else event_log
     with open_event_log(config, readonly=True) as log:
         events = list(log.read())
     state = replay(events)
     mismatches, unfinished = [], []
-    with IdempotencyStore.open(StoreConfig(path=root / "keys"), readonly=True) as store:
+    keys = StoreConfig(url=store_url) if store_url else StoreConfig(path=root / "keys")
+    with IdempotencyStore.open(keys, readonly=True) as store:
         for record in store.iter_records():
             if record.state.is_in_flight:
                 unfinished.append(record.key)

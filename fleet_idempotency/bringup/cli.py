@@ -100,6 +100,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="host all agents in one process (each keeps its own store)",
     )
+    demo.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="orchestrator replicas sharing PostgreSQL; the orchestrator crashes kill the "
+        "lease holder (default 1: a lone orchestrator on LMDB)",
+    )
+    demo.add_argument(
+        "--store-url",
+        default=None,
+        help="postgresql:// database the replicas share (default with --replicas > 1: a "
+        "throwaway local PostgreSQL server the demo starts and removes)",
+    )
     demo.add_argument("--seed", type=int, default=1)
     demo.add_argument("--keep-store", action="store_true")
 
@@ -195,6 +208,8 @@ def _demo(options: argparse.Namespace) -> int:
             keep_store=options.keep_store,
             http=not options.no_http,
             http_port=options.http_port,
+            replicas=options.replicas,
+            store_url=options.store_url,
         ),
         out=lambda line: print(line, flush=True),
     )

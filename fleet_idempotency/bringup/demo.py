@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,10 +34,12 @@ from fleet_idempotency.bringup.fleet_config import FaultSettings, FleetConfig, l
 from fleet_idempotency.bringup.http_client import HttpFleetClient
 from fleet_idempotency.bringup.keys import provision
 from fleet_idempotency.bringup.plan import http_url, launch_plan
+from fleet_idempotency.bringup.postgres import LocalPostgres, redacted_url
 from fleet_idempotency.bringup.processes import FleetProcesses, Restart
 from fleet_idempotency.bringup.report import RunFigures, check_invariants, render
 from fleet_idempotency.http.ports import available_port
 from fleet_idempotency.orchestrator.core import robot_key
+from fleet_idempotency.orchestrator.postgres_leases import PostgresLeaseTable
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.ros.fleet_client import FleetClient, NoAnswer
 from fleet_idempotency.sim.mission import MissionPlanner, PlannedCommand
@@ -69,6 +72,10 @@ class DemoOptions:
     http: bool = True  # start the HTTP API beside the orchestrator, and print its URL
     http_port: int | None = None
     http_clients: int = 2  # the clients of the last N robots submit over HTTP instead of ROS
+    # Orchestrator replicas sharing a PostgreSQL database: ``store_url``, or (None) a
+    # throwaway local server the demo starts and removes.
+    replicas: int = 1
+    store_url: str | None = None
 
 
 class Demo:
@@ -120,6 +127,24 @@ class Demo:
 
     # --- run ----------------------------------------------------------------------------
     def run(self) -> int:
+        self._store_url = self.options.store_url
+        if self.options.replicas > 1 and self._store_url is None:
+            with LocalPostgres() as database:
+                self._store_url = database.url
+                return self._run()
+        return self._run()
+
+    def _lease_holder(self) -> str:
+        """The replica (process name) holding most robots' leases right now."""
+        assert self._store_url is not None
+        table = PostgresLeaseTable(self._store_url)
+        try:
+            holders = Counter(h.partition("/")[0] for h, _token in table.holders().values())
+        finally:
+            table.close()
+        return holders.most_common(1)[0][0] if holders else "orchestrator"
+
+    def _run(self) -> int:
         fleet, fleet_file = self._effective_fleet()
         self.figures.commands_planned = self.options.commands
         planner = MissionPlanner(fleet, self.options.commands, self.rng)
@@ -152,7 +177,14 @@ class Demo:
                     with_http=self.options.http,
                     http_port=self.options.http_port
                     or available_port(fleet.http.host, fleet.http.port),
+                    replicas=self.options.replicas,
+                    store_url=self._store_url,
                 )
+                if self.options.replicas > 1:
+                    self.out(
+                        f"orchestrator        {self.options.replicas} replicas sharing "
+                        f"{redacted_url(self._store_url or '')} (leases, fencing tokens)"
+                    )
                 processes.start_plan(
                     plan,
                     fleet_file=fleet_file,
@@ -185,7 +217,7 @@ class Demo:
             world=world,
             mission_keys=self._mission_keys,
             items_at_start=items_at_start,
-            **audit_orchestrator(self.store_dir),
+            **audit_orchestrator(self.store_dir, store_url=self._store_url),
             figures=self.figures,
             resends_expected=self.options.faults and self.options.drop_results > 0,
         )
@@ -292,6 +324,7 @@ class Demo:
             rng=self.rng,
             host_agents=options.host_agents,
             out=self.out,
+            orchestrator_victim=self._lease_holder if self._store_url else lambda: "orchestrator",
         )
         chaos = threading.Thread(target=crashes.run, name="crash-injector", daemon=True)
         for worker in workers:

@@ -58,7 +58,10 @@ class CrashInjector:
         rng: random.Random,
         host_agents: bool,
         out: Callable[[str], None],
+        orchestrator_victim: Callable[[], str] = lambda: ORCHESTRATOR,
     ) -> None:
+        # Replicas: the one holding the leases, so that the kill forces a takeover.
+        self._orchestrator_victim = orchestrator_victim
         self._processes = processes
         self._fleet = fleet
         self._schedule = schedule
@@ -93,7 +96,7 @@ class CrashInjector:
 
     def _victim(self, target: str) -> str:
         if target == ORCHESTRATOR:
-            return "orchestrator"
+            return self._orchestrator_victim()
         if self._host_agents:
             return "agents"
         robots = self._fleet.robots

@@ -99,13 +99,20 @@ def launch_plan(
     keyring_dir: Path | None = None,
     with_http: bool = True,
     http_port: int | None = None,
+    replicas: int = 1,
+    store_url: str | None = None,
 ) -> list[NodeSpec]:
     """Every node of the fleet: world simulator, orchestrator, one agent per robot, and
     the HTTP API beside the orchestrator (``http_port``: None, the fleet file's).
 
     With ``keyring_dir`` (see ``bringup/keys.py``), the orchestrator signs every command
-    and each robot executes only signed ones.
+    and each robot executes only signed ones. With ``store_url`` (postgresql://), the
+    orchestrator is ``replicas`` replicas sharing that database: the first, named
+    "orchestrator", serves the API under /fleet (the HTTP API talks to it); replica N is
+    "orchestrator_N" under /fleet/orchestrator_N.
     """
+    if replicas < 1 or (replicas > 1 and not store_url):
+        raise ValueError("replicas must be 1, or more with a shared store_url (postgresql://)")
     chosen = [r for r in fleet.robots if robots is None or r.id in robots]
     unknown = sorted(set(robots or []) - {r.id for r in fleet.robots})
     if unknown:
@@ -115,14 +122,24 @@ def launch_plan(
         plan.append(
             NodeSpec("world_simulator", "world_simulator", "", {"fleet_file": str(fleet_file)})
         )
-    if with_orchestrator:
+    for replica in range(1, replicas + 1 if with_orchestrator else 1):
         orchestrator = fleet.orchestrator
+        name = "orchestrator" if replica == 1 else f"orchestrator_{replica}"
+        shared: dict[str, ParameterValue] = {}
+        if store_url:
+            shared = {
+                "store_url": store_url,
+                "replica_name": name,
+                "api_namespace": "/fleet" if replica == 1 else f"/fleet/{name}",
+            }
         plan.append(
             NodeSpec(
                 "orchestrator",
-                "orchestrator",
-                "",
+                name,
+                # Its own namespace keeps replica node names unique in the graph.
+                "" if replica == 1 else f"/fleet/{name}",
                 {
+                    **shared,
                     "fleet_file": str(fleet_file),
                     "store_dir": str(store_dir / "orchestrator"),
                     "queue_capacity_per_robot": orchestrator.queue_capacity_per_robot,

@@ -232,7 +232,7 @@ class FleetProcesses:
 
 def _process_name(spec: NodeSpec) -> str:
     robot = spec.parameters.get("robot_id")
-    return f"agent_{robot}" if robot else spec.executable
+    return f"agent_{robot}" if robot else spec.name
 
 
 def clean_dds_shared_memory() -> None:

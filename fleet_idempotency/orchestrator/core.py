@@ -32,7 +32,7 @@ from typing import Any
 from fleet_idempotency.auth import CommandSigner
 from fleet_idempotency.bringup.fleet_config import FleetConfig
 from fleet_idempotency.commands import InvalidCommand, validate_command
-from fleet_idempotency.events import EventLog, EventType, FleetEventRecord, replay
+from fleet_idempotency.events import EventLog, EventType, FleetEventRecord, FleetState, replay
 from fleet_idempotency.protocol import (
     ACCEPTED,
     BAD_REQUEST,
@@ -182,12 +182,23 @@ class OrchestratorCore:
                 else:
                     self._dispatcher.enqueue(command)
                 self.counters["restored"] += 1
-            for record in self.store.iter_records():
-                view = state.keys.get((record.scope, record.key))
-                if record.state.is_final and (view is None or view.state != record.state):
-                    command = self._command_from_record(record)
-                    self._journal.append(EventType.RESULT, command, result_detail(record))
+            self._log_missing_results(state)
         self._journal.flush()
+
+    def repair_log(self) -> None:
+        """Replicas: log the results a crashed replica finished in the shared store but
+        died before logging (``restore`` does this for a lone orchestrator). Run at a
+        replica's start; identities make a repair by two replicas at once harmless."""
+        self._log_missing_results(replay(self.events.read()))
+        self._journal.flush()
+
+    def _log_missing_results(self, state: FleetState) -> None:
+        for record in self.store.iter_records():
+            view = state.keys.get((record.scope, record.key))
+            if record.state.is_final and (view is None or view.state != record.state):
+                command = self._command_from_record(record)
+                self._journal.append(EventType.RESULT, command, result_detail(record))
+                self.counters["results_logged_late"] += 1
 
     def _command_from_record(self, record: Record) -> PendingCommand:
         return PendingCommand(

@@ -22,6 +22,7 @@ from rclpy.node import Node
 
 from fleet_idempotency.auth import CommandSigner, FleetKeyring, KeyringError, WatchedKeyring
 from fleet_idempotency.bringup.fleet_config import load_fleet
+from fleet_idempotency.bringup.postgres import redacted_url
 from fleet_idempotency.bringup.resources import default_fleet_file
 from fleet_idempotency.events import EventLogConfig, FleetEventRecord, LmdbEventLog
 from fleet_idempotency.msg import CommandResult, FleetEvent, RobotStatus
@@ -121,6 +122,8 @@ class Orchestrator(Node):
         )
         if self._replica is None:
             self.core.restore()
+        else:
+            self.core.repair_log()
         self._wait_slots = threading.BoundedSemaphore(MAX_WAITING_SUBMITS)
 
         guard = CallbackGuard(
@@ -196,7 +199,7 @@ class Orchestrator(Node):
                 SWEEP_PERIOD_S, guard.timer("sweep", self._sweep), callback_group=timers
             )
             self._leases.start()
-        where = f"shared store {_redacted(p['store_url'])}" if self._replica else f"store {root}"
+        where = f"shared store {redacted_url(p['store_url'])}" if self._replica else f"store {root}"
         self.get_logger().info(
             f"orchestrating {len(fleet.robots)} robots; {where}; "
             f"restored {self.core.counters['restored']} in-flight commands; "
@@ -388,13 +391,6 @@ class Orchestrator(Node):
         self._links.close()
         self.store.close()
         self.events.close()
-
-
-def _redacted(url: str) -> str:
-    """``url`` without a password, for logs."""
-    scheme, _, rest = url.partition("://")
-    credentials, at, place = rest.rpartition("@")
-    return f"{scheme}://{credentials.partition(':')[0]}{at}{place}" if at else url
 
 
 def _with_message(status: KeyStatus, message: str) -> KeyStatus:

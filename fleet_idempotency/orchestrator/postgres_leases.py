@@ -30,13 +30,20 @@ class PostgresLeaseTable(LeaseTable):
         except psycopg.Error as error:
             self._pool.close()
             raise LeaseUnavailable(f"lease table unreachable at start: {error}") from error
-        self._execute(
-            f"CREATE SCHEMA IF NOT EXISTS {schema}; "
-            f"CREATE TABLE IF NOT EXISTS {self._table} ("
-            " robot_id text PRIMARY KEY, holder text NOT NULL,"
-            " token bigint NOT NULL, expires_at timestamptz NOT NULL)",
-            (),
-        )
+        try:
+            with self._pool.connection(timeout=5.0) as connection, connection.transaction():
+                # Replicas start together: "IF NOT EXISTS" alone still races in the catalog
+                # (a unique violation), so creators take turns under an advisory lock.
+                connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._table,))
+                connection.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+                connection.execute(
+                    f"CREATE TABLE IF NOT EXISTS {self._table} ("
+                    " robot_id text PRIMARY KEY, holder text NOT NULL,"
+                    " token bigint NOT NULL, expires_at timestamptz NOT NULL)"
+                )
+        except (psycopg.Error, TimeoutError) as error:
+            self._pool.close()
+            raise LeaseUnavailable(f"lease table could not be created: {error}") from error
 
     def _execute(self, sql: str, params: tuple[object, ...]) -> list[tuple[object, ...]]:
         try:

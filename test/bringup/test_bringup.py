@@ -135,3 +135,25 @@ def test_the_http_api_starts_beside_the_orchestrator_unless_turned_off(tmp_path:
     without = launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path, with_http=False)
     assert "http_api" not in {spec.executable for spec in without}
     assert http_url(without, fleet) is None
+
+
+def test_replicas_share_the_store_url_each_with_its_own_api_namespace(tmp_path: Path) -> None:
+    fleet = load_fleet(FLEET_FILE)
+    url = "postgresql://fleet@db.example:5432/fleet"
+    plan = launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path, replicas=3, store_url=url)
+    replicas = [spec for spec in plan if spec.executable == "orchestrator"]
+    assert [spec.name for spec in replicas] == ["orchestrator", "orchestrator_2", "orchestrator_3"]
+    assert [spec.parameters["api_namespace"] for spec in replicas] == [
+        "/fleet",
+        "/fleet/orchestrator_2",
+        "/fleet/orchestrator_3",
+    ]
+    assert {spec.parameters["store_url"] for spec in replicas} == {url}
+    assert [spec.parameters["replica_name"] for spec in replicas] == [s.name for s in replicas]
+    assert len({(spec.namespace, spec.executable) for spec in replicas}) == 3, "unique nodes"
+    # The HTTP API talks to the first replica, whose API is at /fleet.
+    assert http_url(plan, fleet) is not None
+    with pytest.raises(ValueError, match="store_url"):
+        launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path, replicas=2)
+    lone = launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path)
+    assert "store_url" not in next(s for s in lone if s.executable == "orchestrator").parameters

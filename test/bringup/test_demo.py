@@ -65,6 +65,31 @@ def test_reduced_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_two_replicas_on_postgresql_survive_a_kill_of_the_lease_holder(tmp_path: Path) -> None:
+    output = run_demo(
+        tmp_path / "demo",
+        "--replicas",
+        "2",
+        "--commands",
+        "120",
+        "--speed",
+        "50",
+        "--seed",
+        "5",
+        "--robot-crashes",
+        "1",
+        "--orchestrator-crashes",
+        "1",
+        "--no-http",
+    )
+    assert "2 replicas sharing postgresql://" in output
+    killed = re.findall(r"!! kill -9 (orchestrator\S*)", output)
+    assert len(killed) == 1, output
+    assert f"supervisor restarted {killed[0]}" in output
+    assert "event log replay equals the orchestrator's store: equal" in output
+
+
+@pytest.mark.slow
 def test_agents_hosted_in_one_process_survive_a_crash_of_that_process(tmp_path: Path) -> None:
     store = tmp_path / "hosted"
     output = run_demo(

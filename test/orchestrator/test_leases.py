@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -108,3 +109,25 @@ def test_tokens_only_rise_across_releases_and_restarts_of_the_table(postgres_url
     assert tokens == [1, 2, 3, 4]
     assert not reopened.renew("amr_1", "a", 1, TTL_S), "an old holding cannot be renewed"
     reopened.close()
+
+
+def test_replicas_starting_together_all_open_the_lease_table(postgres_url: str) -> None:
+    opened: list[PostgresLeaseTable] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(6)
+
+    def open_one() -> None:
+        start.wait()
+        try:
+            opened.append(PostgresLeaseTable(postgres_url))
+        except BaseException as error:  # collected for the assertion
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_one) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for table in opened:
+        table.close()
+    assert errors == [] and len(opened) == 6

@@ -21,6 +21,7 @@ import pytest
 
 from fleet_idempotency.agent.core import AgentCore
 from fleet_idempotency.bringup.fleet_config import load_fleet
+from fleet_idempotency.events import replay
 from fleet_idempotency.orchestrator.core import (
     OrchestratorCore,
     OrchestratorSettings,
@@ -258,3 +259,24 @@ def test_a_refusal_received_by_the_holder_answers_the_replica_that_accepted(
     )
     answer = b.core.final_answer("wms", "nowhere", 0.0)
     assert answer is not None and (answer.state, answer.status_code) == (State.REJECTED, 400)
+
+
+def test_a_result_a_dead_replica_stored_but_never_logged_is_logged_by_the_next_to_start(
+    cluster: Cluster, postgres_url: str
+) -> None:
+    a, _b = cluster.replicas
+    cluster.pump()
+    assert submit(a, "unlogged", "amr_1", "dock", {"dock": "D2"}).status_code == 202
+    a.core.flush_events()
+    # The store is written first; the result's event waits for the journal's next commit,
+    # which this replica never makes.
+    a.store.finish("wms", "unlogged", state=State.COMPLETED, status_code=200, result_json="{}")
+    a.crash()
+    assert replay(a.events.read()).keys[("wms", "unlogged")].state == State.ACCEPTED
+    restarted = Replica("replica-a", postgres_url)
+    try:
+        restarted.core.repair_log()
+        view = replay(restarted.events.read()).keys[("wms", "unlogged")]
+        assert (view.state, view.status_code) == (State.COMPLETED, 200)
+    finally:
+        restarted.close()
