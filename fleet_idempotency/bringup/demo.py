@@ -33,7 +33,7 @@ from fleet_idempotency.bringup.faults import CrashInjector, MisbehavingClient, c
 from fleet_idempotency.bringup.fleet_config import FaultSettings, FleetConfig, load_fleet
 from fleet_idempotency.bringup.http_client import HttpFleetClient
 from fleet_idempotency.bringup.keys import provision
-from fleet_idempotency.bringup.plan import http_url, launch_plan
+from fleet_idempotency.bringup.plan import api_namespaces, http_url, launch_plan
 from fleet_idempotency.bringup.postgres import LocalPostgres, redacted_url
 from fleet_idempotency.bringup.processes import FleetProcesses, Restart
 from fleet_idempotency.bringup.report import RunFigures, check_invariants, render
@@ -198,7 +198,11 @@ class Demo:
                         f"HTTP API and fleet page: {url}#token={self._api_key} (OpenAPI: {url}docs)"
                     )
                     self._start_http_clients(url, fleet)
-                client = FleetClient(context, "demo_client")
+                # Every replica's API: a re-send goes to the next, so the kill of one
+                # costs the mission a patience, not the wait for its restart.
+                client = FleetClient(
+                    context, "demo_client", api_namespace=api_namespaces(plan) or "/fleet"
+                )
                 self._watch(client, fleet)
                 client.wait_for_services(timeout_s=90.0)
                 self._wait_for_robots(fleet, processes)

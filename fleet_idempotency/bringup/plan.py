@@ -177,6 +177,15 @@ def launch_plan(
     return plan
 
 
+def api_namespaces(plan: list[NodeSpec]) -> list[str]:
+    """Where each orchestrator (replica) of the plan serves its API, first replica first."""
+    return [
+        str(spec.parameters.get("api_namespace", "/fleet"))
+        for spec in plan
+        if spec.executable == "orchestrator"
+    ]
+
+
 def http_url(plan: list[NodeSpec], fleet: FleetConfig) -> str | None:
     """Where the plan's HTTP API (and fleet page) listens; None without one."""
     for spec in plan:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,17 +44,23 @@ class FleetClient:
         context: Context | None = None,
         name: str = "fleet_client",
         *,
-        api_namespace: str = "/fleet",
+        api_namespace: str | Sequence[str] = "/fleet",
     ) -> None:
-        """``api_namespace``: where the orchestrator's services are (one per replica)."""
+        """``api_namespace``: where the orchestrator's services are; several (replicas):
+        a re-send goes to the next one, so a dead replica costs one patience, no more."""
         self.context = context or rclpy.get_default_context()
         self.node = rclpy.create_node(name, context=self.context)
-        self._submit = self.node.create_client(
-            SubmitCommand, f"{api_namespace}/submit_command", qos_profile=SERVICE_QOS
-        )
-        self._check = self.node.create_client(
-            CheckKey, f"{api_namespace}/check_key", qos_profile=SERVICE_QOS
-        )
+        namespaces = [api_namespace] if isinstance(api_namespace, str) else list(api_namespace)
+        self._submit = [
+            self.node.create_client(
+                SubmitCommand, f"{namespace}/submit_command", qos_profile=SERVICE_QOS
+            )
+            for namespace in namespaces
+        ]
+        self._check = [
+            self.node.create_client(CheckKey, f"{namespace}/check_key", qos_profile=SERVICE_QOS)
+            for namespace in namespaces
+        ]
         self._world = self.node.create_client(
             GetWorldState, "/world/state", qos_profile=SERVICE_QOS
         )
@@ -88,25 +94,31 @@ class FleetClient:
 
     # --- calls ------------------------------------------------------------------------------
     def _call(
-        self, client: Any, request: Any, *, patience_s: float, deadline_s: float
+        self, servers: list[Any], request: Any, *, patience_s: float, deadline_s: float
     ) -> tuple[Any, int]:
-        """Send ``request``; re-send it every ``patience_s`` without an answer."""
+        """Send ``request``; re-send it every ``patience_s`` without an answer, each time to
+        the next of ``servers`` (replicas share one store: any of them may answer)."""
         answered = threading.Event()
         futures: list[Any] = []
+        sent_to: list[Any] = []
+        turn = 0
         give_up = time.monotonic() + deadline_s
         while True:
+            client = servers[turn % len(servers)]
             remaining = max(0.0, give_up - time.monotonic())
             # No server seen yet: look again soon rather than after a whole patience.
             # The first send gets a short patience: right after discovery a request (or its
             # reply) is sometimes lost, and re-sending is always safe.
             patience = min(patience_s, FIRST_RESEND_S) if not futures else patience_s
             wait_s = min(patience, remaining) if client.service_is_ready() else 0.0
+            turn += 1
             if wait_s > 0:
                 future = client.call_async(request)
                 future.add_done_callback(lambda _f: answered.set())
                 futures.append(future)
+                sent_to.append(client)
             elif remaining > 0:
-                client.wait_for_service(timeout_sec=min(0.5, remaining))
+                client.wait_for_service(timeout_sec=min(0.5, remaining) / len(servers))
                 continue
             if answered.wait(wait_s):
                 # Prefer the earliest send's answer: a re-send that overtook a slow first
@@ -119,13 +131,13 @@ class FleetClient:
                     first.add_done_callback(lambda _f, event=settled: event.set())
                     settled.wait(EARLIEST_ANSWER_GRACE_S)
                 done = first if first.done() else next(f for f in futures if f.done())
-                for future in futures:
+                for sender, future in zip(sent_to, futures, strict=True):
                     if not future.done():
-                        client.remove_pending_request(future)
+                        sender.remove_pending_request(future)
                 return done.result(), len(futures)
             if time.monotonic() >= give_up:
-                for future in futures:
-                    client.remove_pending_request(future)
+                for sender, future in zip(sent_to, futures, strict=True):
+                    sender.remove_pending_request(future)
                 raise NoAnswer(
                     f"no answer from {client.srv_name} after {deadline_s:.0f} s "
                     f"({len(futures)} sends)"
@@ -164,7 +176,7 @@ class FleetClient:
 
     def world_state(self, *, deadline_s: float = 30.0) -> dict[str, Any]:
         response = self._call(
-            self._world, GetWorldState.Request(), patience_s=3.0, deadline_s=deadline_s
+            [self._world], GetWorldState.Request(), patience_s=3.0, deadline_s=deadline_s
         )[0]
         state: dict[str, Any] = json.loads(response.state_json)
         return state

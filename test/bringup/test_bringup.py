@@ -10,6 +10,7 @@ import pytest
 from fleet_idempotency.bringup.fleet_config import FleetConfigError, load_fleet, parse_fleet
 from fleet_idempotency.bringup.plan import (
     NodeSpec,
+    api_namespaces,
     http_url,
     launch_node_arguments,
     launch_plan,
@@ -143,11 +144,7 @@ def test_replicas_share_the_store_url_each_with_its_own_api_namespace(tmp_path: 
     plan = launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path, replicas=3, store_url=url)
     replicas = [spec for spec in plan if spec.executable == "orchestrator"]
     assert [spec.name for spec in replicas] == ["orchestrator", "orchestrator_2", "orchestrator_3"]
-    assert [spec.parameters["api_namespace"] for spec in replicas] == [
-        "/fleet",
-        "/fleet/orchestrator_2",
-        "/fleet/orchestrator_3",
-    ]
+    assert api_namespaces(plan) == ["/fleet", "/fleet/orchestrator_2", "/fleet/orchestrator_3"]
     assert {spec.parameters["store_url"] for spec in replicas} == {url}
     assert [spec.parameters["replica_name"] for spec in replicas] == [s.name for s in replicas]
     assert len({(spec.namespace, spec.executable) for spec in replicas}) == 3, "unique nodes"
@@ -156,4 +153,5 @@ def test_replicas_share_the_store_url_each_with_its_own_api_namespace(tmp_path: 
     with pytest.raises(ValueError, match="store_url"):
         launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path, replicas=2)
     lone = launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path)
+    assert api_namespaces(lone) == ["/fleet"]
     assert "store_url" not in next(s for s in lone if s.executable == "orchestrator").parameters
