@@ -128,9 +128,16 @@ def test_kill_9_of_the_lease_holder_mid_mission_finishes_every_command_once(
     children: ChildProcesses,
     replica_fleet: tuple[Any, Any],
     postgres_url: str,
+    ros_context: Any,
 ) -> None:
+    from fleet_idempotency.ros.fleet_client import FleetClient
+
     holder, survivor = replica_fleet
     assert holders(postgres_url) == {"replica_a"}
+    # A client that knows both replicas' APIs, the dead one first.
+    either = FleetClient(
+        ros_context, "client_either", api_namespace=["/fleet/replica_a", "/fleet/replica_b"]
+    )
     keys: list[tuple[str, str]] = []
     for n in range(12):
         robot_id = list(WORK)[n % 3]
@@ -144,11 +151,15 @@ def test_kill_9_of_the_lease_holder_mid_mission_finishes_every_command_once(
         assert status.state == int(State.COMPLETED), (key, status)
         assert fleet.side_effects(robot_id, robot_key("wms", key)) == 1, key
     assert holders(postgres_url) == {"replica_b"}
-    # The survivor still serves new work for every robot.
-    for robot_id, (command, payload) in WORK.items():
-        late = survivor.submit("wms", f"after-{robot_id}", robot_id, command, payload)
-        assert late.response.status_code in (200, 202)
-        wait_final(survivor, f"after-{robot_id}")
+    # The survivor still serves new work for every robot, also to the client that tries
+    # the dead replica first: its re-send reaches the survivor.
+    try:
+        for robot_id, (command, payload) in WORK.items():
+            late = either.submit("wms", f"after-{robot_id}", robot_id, command, payload)
+            assert late.response.status_code in (200, 202), late
+            wait_final(survivor, f"after-{robot_id}")
+    finally:
+        either.close()
 
 
 def test_a_database_restart_mid_mission_is_503_while_down_then_every_command_runs_once(
