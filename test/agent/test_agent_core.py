@@ -25,6 +25,7 @@ from fleet_idempotency.sim.world import World
 from fleet_idempotency.sim.world_link import LocalWorldLink
 from fleet_idempotency.store import IdempotencyStore, Record, State, StoreConfig, Tombstone
 
+from support.in_process import QuietLogger
 from support.paths import FLEET_FILE
 
 FLEET = load_fleet(FLEET_FILE)
@@ -70,7 +71,7 @@ class Agent:
             store=self.store,
             capacity=capacity,
             publish=self._record,
-            logger=_SilentLogger(),
+            logger=QuietLogger(),
             on_load_change=self._count_load_change,
             dedup_window=dedup_window,
             verifier=verifier,
@@ -134,12 +135,6 @@ def _is_outcome(answer: Answer) -> bool:
         and answer.state not in (State.ACCEPTED, State.IN_PROGRESS)
         and answer.status_code not in immediate
     )
-
-
-class _SilentLogger:
-    def info(self, message: str) -> None: ...
-    def warning(self, message: str) -> None: ...
-    def error(self, message: str) -> None: ...
 
 
 @pytest.fixture

@@ -35,19 +35,12 @@ from fleet_idempotency.sim.world import World
 from fleet_idempotency.sim.world_link import LocalWorldLink
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 
+from support.in_process import FAST_ORCHESTRATOR, QuietLogger
 from support.paths import FLEET_FILE
 
 FLEET = load_fleet(FLEET_FILE)
 TIMEOUT_S = 30.0
-FAST = OrchestratorSettings(
-    retry_initial_s=0.05, retry_max_s=0.2, offline_after_s=0.5, busy_pause_s=0.05
-)
-
-
-class _Quiet:
-    def info(self, message: str) -> None: ...
-    def warning(self, message: str) -> None: ...
-    def error(self, message: str) -> None: ...
+FAST = FAST_ORCHESTRATOR
 
 
 class Fleet:
@@ -87,7 +80,7 @@ class Fleet:
                 store=store,
                 capacity=capacity,
                 publish=self._deliver_answer,
-                logger=_Quiet(),
+                logger=QuietLogger(),
                 verifier=CommandVerifier(keyring.for_robot(spec.id)) if keyring else None,
             )
             agent.start()

@@ -24,7 +24,6 @@ from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.events import replay
 from fleet_idempotency.orchestrator.core import (
     OrchestratorCore,
-    OrchestratorSettings,
     SubmitRequest,
     robot_key,
 )
@@ -40,20 +39,13 @@ from fleet_idempotency.sim.world import World
 from fleet_idempotency.sim.world_link import LocalWorldLink
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 
+from support.in_process import FAST_ORCHESTRATOR, QuietLogger
 from support.paths import FLEET_FILE
 
 FLEET = load_fleet(FLEET_FILE)
 TIMEOUT_S = 30.0
 LEASE_TTL_S = 1.0
-FAST = OrchestratorSettings(
-    retry_initial_s=0.05, retry_max_s=0.2, offline_after_s=0.5, busy_pause_s=0.05
-)
-
-
-class _Quiet:
-    def info(self, message: str) -> None: ...
-    def warning(self, message: str) -> None: ...
-    def error(self, message: str) -> None: ...
+FAST = FAST_ORCHESTRATOR
 
 
 class Replica:
@@ -105,7 +97,7 @@ class Cluster:
                 store=IdempotencyStore.open(StoreConfig(path=root / "agents" / spec.id)),
                 capacity=spec.capacity,
                 publish=self._broadcast,
-                logger=_Quiet(),
+                logger=QuietLogger(),
             )
             agent.start()
             self.agents[spec.id] = agent
