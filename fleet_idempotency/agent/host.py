@@ -62,15 +62,17 @@ def hosted_agents(
             keyring_dir=keyring_dir,
         )
         overrides = [Parameter(name, value=value) for name, value in spec.parameters.items()]
-        # No parameter services on hosted agents: 25 agents' 150 services would be in the
-        # one executor's wait set, rebuilt on every wake-up (idle CPU). Their parameters
-        # come from the fleet file and are fixed at start anyway.
+        # No parameter services nor QoS event handlers on hosted agents: 25 agents' 150
+        # services and 150 handlers would be in the one executor's wait set, rebuilt on
+        # every wake-up (idle CPU). Their parameters come from the fleet file and are
+        # fixed at start anyway.
         agents.append(
             AgentDriver(
                 namespace=spec.namespace,
                 parameter_overrides=overrides,
                 start_parameter_services=False,
                 process_work=shared,
+                qos_event_handlers=False,
                 context=context,
             )
         )
