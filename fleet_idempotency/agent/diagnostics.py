@@ -3,7 +3,8 @@
 What ROS users' tools (rqt_robot_monitor, diagnostic_aggregator) expect from a node: one
 DiagnosticStatus per period, named after the node, ``hardware_id`` the robot, with the
 store's counters and sizes as key/value pairs. ``store_status`` decides level and message
-from plain data; ``StoreDiagnostics`` is the thin ROS side.
+from plain data; ``StoreDiagnostics`` is the thin ROS side, and ``DiagnosticsPublisher``
+sends the statuses of all agents of a process in one array per period.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
 
 from fleet_idempotency.ros.guard import CallbackGuard
@@ -58,7 +58,7 @@ def store_status(
 
 
 class StoreDiagnostics:
-    """Publishes one robot's store status on /diagnostics every ``PERIOD_S``."""
+    """One robot's store status, for the process's /diagnostics array."""
 
     def __init__(
         self,
@@ -66,7 +66,6 @@ class StoreDiagnostics:
         robot_id: str,
         store: IdempotencyStore,
         agent_counters: Mapping[str, int],
-        callback_group: CallbackGroup | None = None,
         *,
         guard: CallbackGuard | None = None,
     ) -> None:
@@ -74,19 +73,43 @@ class StoreDiagnostics:
         self._robot_id = robot_id
         self._store = store
         self._agent_counters = agent_counters
-        self._publisher = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        tick = guard.timer("diagnostics", self.publish) if guard is not None else self.publish
-        node.create_timer(PERIOD_S, tick, callback_group=callback_group)
+        self._guard = guard
 
-    def publish(self) -> None:
+    def status(self) -> DiagnosticStatus:
         level, message, values = store_status(self._store.stats(), dict(self._agent_counters))
-        status = DiagnosticStatus(
+        return DiagnosticStatus(
             level=bytes([level]),
             name=f"{self._node.get_fully_qualified_name()}: idempotency store",
             message=message,
             hardware_id=self._robot_id,
             values=[KeyValue(key=key, value=value) for key, value in values],
         )
-        array = DiagnosticArray(status=[status])
+
+    def collect(self, into: list[DiagnosticStatus]) -> None:
+        """Append this robot's status; a failure is this agent's (counted, logged), and
+        never keeps the other agents' statuses from being published."""
+        if self._guard is None:
+            into.append(self.status())
+        else:
+            self._guard.timer("diagnostics", lambda: into.append(self.status()))()
+
+
+class DiagnosticsPublisher:
+    """Publishes the statuses of every agent of a process as one DiagnosticArray every
+    ``PERIOD_S`` (monitoring tools take any number of statuses per array): one message
+    per process and period instead of one per agent."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self._publisher = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.sources: list[StoreDiagnostics] = []
+
+    def publish(self) -> None:
+        statuses: list[DiagnosticStatus] = []
+        for source in self.sources:
+            source.collect(statuses)
+        if not statuses:
+            return
+        array = DiagnosticArray(status=statuses)
         array.header.stamp = self._node.get_clock().now().to_msg()
         self._publisher.publish(array)

@@ -17,11 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
 from rclpy.node import Node
 
 from fleet_idempotency.agent.core import AgentCore
 from fleet_idempotency.agent.dedup_window import RecentDeliveries
-from fleet_idempotency.agent.diagnostics import StoreDiagnostics
+from fleet_idempotency.agent.diagnostics import PERIOD_S as DIAGNOSTICS_PERIOD_S
+from fleet_idempotency.agent.diagnostics import DiagnosticsPublisher, StoreDiagnostics
+from fleet_idempotency.agent.periodic import PeriodicWork
 from fleet_idempotency.agent.status_throttle import StatusThrottle
 from fleet_idempotency.auth import CommandVerifier, KeyringError, RobotKeyring, WatchedKeyring
 from fleet_idempotency.commands import COMMAND_TYPES
@@ -42,9 +45,44 @@ from fleet_idempotency.srv import CheckKey
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 
 
+class AgentProcessWork:
+    """What the agents of one process share: their periodic jobs, run by one timer, and
+    one /diagnostics publisher carrying every agent's status (see agent/periodic.py)."""
+
+    def __init__(self) -> None:
+        self.work = PeriodicWork()
+        self.diagnostics: list[StoreDiagnostics] = []
+        self.timer: Any = None
+
+    def start(self, node: Node) -> None:
+        """Create the process's one timer (and its /diagnostics publisher) on ``node``,
+        once every agent of the process has added its jobs."""
+        if self.diagnostics:
+            publisher = DiagnosticsPublisher(node)
+            publisher.sources = self.diagnostics
+            self.work.every(DIAGNOSTICS_PERIOD_S, publisher.publish, name="diagnostics")
+        tick_s = self.work.tick_s()
+        self.timer = node.create_timer(tick_s, lambda: self.work.run_due(tick_s))
+
+
 class AgentDriver(Node):
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        process_work: AgentProcessWork | None = None,
+        qos_event_handlers: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        """``process_work``: shared with the other agents of this process (agent_host),
+        which then starts it; without it the agent has its own and starts it itself.
+        ``qos_event_handlers=False``: none of rclpy's default QoS event handlers (they only
+        log an incompatible peer) on the agent's topics; a host of 25 agents saves 150
+        entities that every wake-up of its executor walks."""
         super().__init__("agent_driver", **kwargs)
+        quiet = PublisherEventCallbacks(use_default_callbacks=False)
+        events = None if qos_event_handlers else quiet  # None: rclpy's default handlers
+        own_work = process_work is None
+        shared = AgentProcessWork() if process_work is None else process_work
         p = self._declare_parameters()
         self.robot_id: str = p["robot_id"]
         self._drop_probability = float(p["result_drop_probability"])
@@ -54,11 +92,13 @@ class AgentDriver(Node):
         backend = make_backend(self, self._world, p)
         self._keyring = self._open_keyring(p["auth_keyring"])
         self.store = IdempotencyStore.open(self._store_config(p))
-        self._results = self.create_publisher(CommandResult, p["results_topic"], RELIABLE_TOPIC_QOS)
+        self._results = self.create_publisher(
+            CommandResult, p["results_topic"], RELIABLE_TOPIC_QOS, event_callbacks=events
+        )
         # Answers found by crash recovery are held until someone listens: published at
         # start-up they would reach nobody, since discovery takes a moment.
         self._recovered: list[Answer] | None = []
-        self._status = self.create_publisher(RobotStatus, "status", 10)
+        self._status = self.create_publisher(RobotStatus, "status", 10, event_callbacks=events)
         self._status_throttle = StatusThrottle(p["status_min_interval_s"])
         self.core = AgentCore(
             backend=backend,
@@ -81,6 +121,11 @@ class AgentDriver(Node):
             guard.topic("commands", self._on_command),
             RELIABLE_TOPIC_QOS,
             callback_group=MutuallyExclusiveCallbackGroup(),
+            event_callbacks=(
+                None
+                if qos_event_handlers
+                else SubscriptionEventCallbacks(use_default_callbacks=False)
+            ),
         )
         self.create_service(
             CheckKey,
@@ -89,30 +134,34 @@ class AgentDriver(Node):
             qos_profile=SERVICE_QOS,
             callback_group=MutuallyExclusiveCallbackGroup(),
         )
-        timers = MutuallyExclusiveCallbackGroup()
-        self.create_timer(
-            p["status_period_s"], guard.timer("status", self._heartbeat), callback_group=timers
-        )
-        self.create_timer(
-            p["gc_period_s"], guard.timer("gc", self._collect_garbage), callback_group=timers
-        )
+        # No timers of its own: the process's one timer runs these (agent/periodic.py).
+        work = shared.work
+        work.every(p["status_period_s"], guard.timer("status", self._heartbeat), name="status")
+        work.every(p["gc_period_s"], guard.timer("gc", self._collect_garbage), name="gc")
         if self._keyring is not None:
-            self.create_timer(
+            work.every(
                 p["auth_reload_period_s"],
                 guard.timer("auth_reload", self._reload_keyring),
-                callback_group=timers,
+                name="auth_reload",
             )
         else:
             self.get_logger().warning(
                 "no auth_keyring: commands are not authenticated, any DDS participant on "
                 "this domain can command this robot"
             )
-        StoreDiagnostics(self, self.robot_id, self.store, self.core.counters, timers, guard=guard)
+        shared.diagnostics.append(
+            StoreDiagnostics(self, self.robot_id, self.store, self.core.counters, guard=guard)
+        )
         self.core.start()
-        self._announce_timer = self.create_timer(
-            0.2, guard.timer("announce_recovered", self._announce_recovered), callback_group=timers
+        # Checked at the heartbeat's pace: a subscriber is matched within a period or two.
+        self._announce_job = work.every(
+            p["status_period_s"],
+            guard.timer("announce_recovered", self._announce_recovered),
+            name="announce_recovered",
         )
         self._announce_deadline = self.get_clock().now().nanoseconds + 30 * 10**9
+        if own_work:
+            shared.start(self)
         self.get_logger().info(
             f"{p['robot_type']} {self.robot_id} ready: store {self.store.config.path}, "
             f"capacity {p['capacity']}, recovered {len(self.store.last_recovery.resumed)} "
@@ -233,7 +282,7 @@ class AgentDriver(Node):
         if not listening and self.get_clock().now().nanoseconds < self._announce_deadline:
             return
         pending, self._recovered = self._recovered or [], None
-        self._announce_timer.cancel()
+        self._announce_job.cancel()
         for answer in pending:
             self._results.publish(answer_to_msg(answer, self.get_clock().now().to_msg()))
 

@@ -71,6 +71,7 @@ from .dispatch import (
     PendingCommand,
     ResultEffect,
     RobotLane,
+    StatusEffect,
     robot_key,
 )
 from .journal import Journal, accepted_detail, result_detail
@@ -514,16 +515,19 @@ class OrchestratorCore:
 
     def on_status(
         self, robot_id: str, queue_depth: int, capacity: int, *, heard_on: str | None = None
-    ) -> None:
-        """A robot's load. ``heard_on``: the robot whose status topic carried it."""
+    ) -> bool:
+        """A robot's load. ``heard_on``: the robot whose status topic carried it. True when
+        dispatch may have work now (False for a heartbeat that changes nothing)."""
         if heard_on is not None and robot_id != heard_on:
             self.counters["status_wrong_topic"] += 1
-            return
+            return False
         if not (0 < capacity <= MAX_ROBOT_CAPACITY and 0 <= queue_depth <= MAX_ROBOT_CAPACITY):
             self.counters["status_invalid"] += 1
-            return
-        if not self._dispatcher.on_status(robot_id, queue_depth, capacity):
+            return False
+        effect = self._dispatcher.on_status(robot_id, queue_depth, capacity)
+        if effect is StatusEffect.UNKNOWN_ROBOT:
             self.counters["status_unknown_robot"] += 1
+        return effect is StatusEffect.WAKE
 
     # --- results --------------------------------------------------------------------------
     def on_result(self, answer: Answer) -> None:

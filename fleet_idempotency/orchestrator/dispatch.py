@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
+import math
 import random
 import threading
 from collections import deque
@@ -133,6 +134,16 @@ class OnlineChange:
 
 # Heap entry kinds: what to look at when the entry's time comes.
 _RETRY, _OFFLINE_CHECK, _UNPAUSE = 0, 1, 2
+# Offline checks are rounded up to a grid of this fraction of ``offline_after_s``, so that
+# the checks of a whole fleet share a few wake-ups (two a second at the default 3 s)
+# instead of one per robot and period; a silent robot is noticed up to that much later.
+OFFLINE_CHECK_GRID = 1 / 6
+
+
+class StatusEffect(Enum):
+    UNKNOWN_ROBOT = "unknown_robot"
+    NOTED = "noted"  # a heartbeat: nothing for a dispatch round to do
+    WAKE = "wake"  # the robot came back, changed its capacity, or can end a busy pause
 
 
 class Dispatcher:
@@ -274,12 +285,16 @@ class Dispatcher:
         silent_until = lane.last_heard + self.settings.offline_after_s
         if now < silent_until:
             lane.offline_check_pending = True
-            self._at(silent_until, _OFFLINE_CHECK, lane.robot_id)
+            self._at(self._on_grid(silent_until), _OFFLINE_CHECK, lane.robot_id)
             return None
         if not lane.online:
             return None
         lane.online = False
         return OnlineChange(lane.robot_id, False, len(lane.in_flight), len(lane.queue))
+
+    def _on_grid(self, when: float) -> float:
+        grid = self.settings.offline_after_s * OFFLINE_CHECK_GRID
+        return math.ceil(when / grid) * grid
 
     def _heard(self, lane: RobotLane) -> OnlineChange | None:
         """A sign of life (status or result): back online at once, offline check armed."""
@@ -287,7 +302,9 @@ class Dispatcher:
         lane.last_heard = now
         if not lane.offline_check_pending:
             lane.offline_check_pending = True
-            self._at(now + self.settings.offline_after_s, _OFFLINE_CHECK, lane.robot_id)
+            self._at(
+                self._on_grid(now + self.settings.offline_after_s), _OFFLINE_CHECK, lane.robot_id
+            )
         if lane.online:
             return None
         lane.online = True
@@ -299,25 +316,30 @@ class Dispatcher:
             self._at(now, _RETRY, lane.robot_id, command.robot_key)
         return OnlineChange(lane.robot_id, True, len(lane.in_flight), len(lane.queue))
 
-    def on_status(self, robot_id: str, queue_depth: int, capacity: int) -> bool:
-        """Note a robot's load; False when the robot is not part of the fleet."""
+    def on_status(self, robot_id: str, queue_depth: int, capacity: int) -> StatusEffect:
+        """Note a robot's load, and say whether a dispatch round may now have work (most
+        statuses are heartbeats that change nothing: no need to wake the dispatcher)."""
         with self._lock:
             lane = self.lanes.get(robot_id)
             if lane is None:
-                return False
+                return StatusEffect.UNKNOWN_ROBOT
+            effect = StatusEffect.NOTED
             change = self._heard(lane)
             if change is not None:
                 self._changes.append(change)
+                effect = StatusEffect.WAKE
             if capacity > 0 and capacity != lane.capacity:
                 lane.capacity = capacity
                 self._dirty.add(robot_id)
+                effect = StatusEffect.WAKE
             assert lane.last_heard is not None
             if queue_depth < capacity and lane.paused_until > lane.last_heard:
                 lane.paused_until = min(
                     lane.paused_until, lane.last_heard + self.settings.busy_pause_s
                 )
                 self._at(lane.paused_until, _UNPAUSE, robot_id)
-            return True
+                effect = StatusEffect.WAKE
+            return effect
 
     def on_result(self, answer: Answer) -> tuple[ResultEffect, PendingCommand | None]:
         with self._lock:

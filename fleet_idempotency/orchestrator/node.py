@@ -363,10 +363,11 @@ class Orchestrator(Node):
         self._dispatch.kick()
 
     def _on_status(self, message: RobotStatus, heard_on: str) -> None:
-        self.core.on_status(
+        # A heartbeat that changes nothing does not wake the dispatch thread.
+        if self.core.on_status(
             message.robot_id, message.queue_depth, message.capacity, heard_on=heard_on
-        )
-        self._dispatch.kick()
+        ):
+            self._dispatch.kick()
 
     def _publish_event(self, event: FleetEventRecord) -> None:
         self._events_pub.publish(

@@ -54,3 +54,47 @@ def test_one_process_hosts_independent_agents(
         assert fleet.side_effects(robot_id, "k-123") == 1
         assert (tmp_path / "stores" / "robots" / robot_id / "data.mdb").exists()
     assert children.processes["host"].poll() is None
+
+
+def test_hosted_agents_share_one_timer_and_each_still_heartbeats(fleet: FleetHarness) -> None:
+    """One periodic timer for the process, not one per agent and job (idle CPU), and every
+    agent still sends the heartbeat the orchestrator's offline detection relies on, and
+    its store status on /diagnostics."""
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    from fleet_idempotency.agent.host import hosted_agents
+    from fleet_idempotency.bringup.fleet_config import load_fleet
+    from fleet_idempotency.msg import RobotStatus
+
+    config = load_fleet(FLEET_FILE)
+    robots = [r for r in config.robots if r.id in ("amr_1", "forklift_1", "arm_1")]
+    heartbeats: dict[str, int] = {r.id: 0 for r in robots}
+    stores_seen: set[str] = set()
+
+    def heard(message: Any) -> None:
+        heartbeats[message.robot_id] += 1
+
+    def diagnosed(array: Any) -> None:
+        stores_seen.update(s.hardware_id for s in array.status if s.name.endswith("store"))
+
+    for robot in robots:
+        fleet.node.create_subscription(RobotStatus, f"/fleet/{robot.id}/status", heard, 10)
+    fleet.node.create_subscription(DiagnosticArray, "/diagnostics", diagnosed, 10)
+    agents = hosted_agents(
+        config, robots, store_dir=fleet.store_dir, time_scale=0.0, context=fleet.node.context
+    )
+    try:
+        assert sum(len(list(agent.timers)) for agent in agents) == 1
+        for agent in agents:
+            fleet.executor.add_node(agent)
+        fleet.spin_until(
+            lambda: min(heartbeats.values()) >= 3, "three heartbeats from every hosted agent"
+        )
+        fleet.spin_until(
+            lambda: stores_seen == set(heartbeats), "every hosted agent's store on /diagnostics"
+        )
+    finally:
+        for agent in agents:
+            fleet.executor.remove_node(agent)
+            agent.shutdown()
+            agent.destroy_node()

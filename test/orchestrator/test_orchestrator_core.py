@@ -529,3 +529,38 @@ def test_robots_with_keys_refuse_an_unsigned_orchestrator(tmp_path: Path) -> Non
         assert fleet.agents["amr_1"].store.check("amr_1", robot_key("wms", "u-1")) is None
     finally:
         fleet.close()
+
+
+def test_only_a_status_that_changes_something_wakes_dispatch(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    fleet = make_fleet()
+    core = fleet.orchestrator
+    assert core.on_status("amr_1", 0, 4) is True  # first heard: online
+    assert core.on_status("amr_1", 0, 4) is False  # a heartbeat: nothing to dispatch
+    assert core.on_status("amr_1", 1, 4) is False
+    assert core.on_status("amr_1", 0, 8) is True  # a new capacity may free slots
+    assert core.on_status("ghost", 0, 4) is False
+
+
+def test_the_offline_checks_of_a_fleet_share_wake_ups() -> None:
+    from fleet_idempotency.orchestrator.dispatch import Dispatcher, RobotLane
+
+    now = [10.0]
+    lanes = {f"amr_{i}": RobotLane(f"amr_{i}", "amr", 4) for i in range(1, 6)}
+    dispatcher = Dispatcher(
+        lanes,
+        OrchestratorSettings(offline_after_s=3.0),
+        clock=lambda: now[0],
+        rng=random.Random(1),
+    )
+    for index, robot_id in enumerate(lanes):  # heard at 10.1, 10.18, ... 10.42
+        now[0] = 10.1 + 0.08 * index
+        dispatcher.on_status(robot_id, 0, 4)
+    dispatcher.due()
+    # One wake-up checks all five, at most a grid step (0.5 s) after the first is due.
+    assert dispatcher.next_deadline() == 13.5
+    now[0] = 13.5
+    _due, changes = dispatcher.due()
+    assert sorted(change.robot_id for change in changes if not change.online) == sorted(lanes)
+    assert dispatcher.next_deadline() is None

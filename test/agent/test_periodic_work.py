@@ -1,0 +1,67 @@
+"""One timer runs the periodic jobs of every agent in a process (agent/periodic.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet_idempotency.agent.periodic import PeriodicWork
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_one_tick_runs_every_due_job_of_every_agent() -> None:
+    clock = Clock()
+    work = PeriodicWork(clock)
+    ran: list[str] = []
+    for agent in ("amr_1", "amr_2", "arm_1"):
+        work.every(1.0, lambda agent=agent: ran.append(f"{agent}.status"), name="status")
+        work.every(60.0, lambda agent=agent: ran.append(f"{agent}.gc"), name="gc")
+    assert work.tick_s() == 1.0
+    assert work.run_due(1.0) == 0  # nothing is due before its first period
+    clock.now += 1.0
+    assert work.run_due(1.0) == 3
+    assert ran == ["amr_1.status", "amr_2.status", "arm_1.status"]
+    ran.clear()
+    clock.now += 59.0
+    work.run_due(1.0)
+    assert sorted(ran) == sorted(
+        [f"{a}.{job}" for a in ("amr_1", "amr_2", "arm_1") for job in ("status", "gc")]
+    )
+
+
+def test_a_job_whose_period_is_the_tick_runs_on_every_tick_despite_timer_jitter() -> None:
+    clock = Clock()
+    work = PeriodicWork(clock)
+    ran: list[float] = []
+    work.every(1.0, lambda: ran.append(clock.now), name="status")
+    for late in (0.0, 0.02, -0.03, 0.01, 0.0):  # a timer fires a little early or late
+        clock.now = round(clock.now + 1.0 + late, 6)
+        work.run_due(1.0)
+    assert len(ran) == 5
+
+
+def test_after_a_stall_a_job_runs_once_not_a_backlog_and_cancelled_jobs_stop() -> None:
+    clock = Clock()
+    work = PeriodicWork(clock)
+    ran: list[str] = []
+    work.every(1.0, lambda: ran.append("status"), name="status")
+    announce = work.every(1.0, lambda: ran.append("announce"), name="announce")
+    clock.now += 10.0
+    work.run_due(1.0)
+    assert ran == ["status", "announce"]
+    announce.cancel()
+    clock.now += 1.0
+    work.run_due(1.0)
+    assert ran == ["status", "announce", "status"]
+    assert [job.name for job in work.jobs] == ["status"]
+
+
+def test_a_period_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="status"):
+        PeriodicWork().every(0.0, lambda: None, name="status")
