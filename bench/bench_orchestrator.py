@@ -39,6 +39,7 @@ import yaml
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
+from fleet_idempotency.bringup.postgres import LocalPostgres
 from fleet_idempotency.bringup.report import percentile
 from fleet_idempotency.msg import FleetEvent
 from fleet_idempotency.orchestrator.core import robot_key
@@ -273,8 +274,25 @@ def main() -> None:
         "--profile", action="store_true", help="py-spy the orchestrator in the throughput phase"
     )
     parser.add_argument("--keep-logs", type=Path, help="copy the children's log here")
+    parser.add_argument(
+        "--store-url", help="orchestrators share this postgresql:// database (default: LMDB)"
+    )
+    parser.add_argument(
+        "--postgres", action="store_true", help="share a throwaway local PostgreSQL server"
+    )
+    parser.add_argument("--replicas", type=int, default=1, help="orchestrator replicas")
     options = parser.parse_args()
+    if options.postgres and not options.store_url:
+        with LocalPostgres() as database:
+            options.store_url = database.url
+            bench_fleet(options)
+    else:
+        bench_fleet(options)
 
+
+def bench_fleet(options: argparse.Namespace) -> None:
+    if options.replicas > 1 and not options.store_url:
+        raise SystemExit("--replicas > 1 needs --store-url or --postgres")
     with lease_domain_id() as domain_id, tempfile.TemporaryDirectory() as scratch_name:
         scratch = Path(scratch_name)
         env = isolated_environment(domain_id)
@@ -291,17 +309,18 @@ def main() -> None:
             "world",
             [str(BIN / "world_simulator"), "--ros-args", "-p", f"fleet_file:={scratch}/fleet.yaml"],
         )
-        spawn(
-            "orchestrator",
-            [
-                str(BIN / "orchestrator"),
-                "--ros-args",
-                "-p",
-                f"fleet_file:={scratch}/fleet.yaml",
-                "-p",
-                f"store_dir:={scratch}/orchestrator",
-            ],
-        )
+        for replica in range(1, options.replicas + 1):
+            # Replica 1 serves /fleet, the API the bench calls; the others share its work.
+            name = "orchestrator" if replica == 1 else f"orchestrator_{replica}"
+            argv = [str(BIN / "orchestrator"), "--ros-args"]
+            if replica > 1:
+                argv += ["-r", f"__ns:=/fleet/{name}"]
+            argv += ["-p", f"fleet_file:={scratch}/fleet.yaml"]
+            argv += ["-p", f"store_dir:={scratch}/orchestrator"]
+            if options.store_url:
+                argv += ["-p", f"store_url:={options.store_url}", "-p", f"replica_name:={name}"]
+                argv += ["-p", f"api_namespace:={'/fleet' if replica == 1 else '/fleet/' + name}"]
+            spawn(name, argv)
         # The latency robot runs in a process of its own, as an onboard agent does; the
         # others share --hosts agent_host processes (one Python process per simulated robot
         # would not fit on a small machine).
