@@ -74,6 +74,7 @@ floats = st.one_of(st.sampled_from([math.nan, math.inf, -math.inf, -1.0, 0.0, 1e
 uint8 = st.integers(min_value=0, max_value=255)
 uint16 = st.integers(min_value=0, max_value=65535)
 uint32 = st.integers(min_value=0, max_value=2**32 - 1)
+uint64 = st.integers(min_value=0, max_value=2**64 - 1)
 fuzz_keys = st.one_of(nasty_text, st.text("abc-_.XYZ0123456789", min_size=1, max_size=12))
 
 submits = st.fixed_dictionaries(
@@ -109,6 +110,7 @@ commands = st.fixed_dictionaries(
         "attempt": uint32,
         "auth_key_id": st.one_of(st.just("k1"), nasty_text),
         "auth_tag": st.one_of(st.just("0" * 64), nasty_text),
+        "fencing_token": uint64,
     }
 )
 results = st.fixed_dictionaries(
