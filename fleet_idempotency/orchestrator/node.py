@@ -1,6 +1,7 @@
 """Orchestrator node: the fleet's Unified Control API.
 
-Services: ``/fleet/submit_command`` (SubmitCommand), ``/fleet/check_key`` (CheckKey).
+Services: ``/fleet/submit_command`` (SubmitCommand), ``/fleet/check_key`` (CheckKey); a
+replica serves them under its own ``api_namespace`` (see replica.py).
 Topics: ``/fleet/events`` (FleetEvent, out), ``/fleet/results`` (CommandResult, in),
 ``/fleet/<robot_id>/commands`` (FleetCommand, out), ``/fleet/<robot_id>/status``
 (RobotStatus, in). All logic lives in OrchestratorCore; this is the ROS shell.
