@@ -187,15 +187,19 @@ class OrchestratorCore:
         self._journal.flush()
 
     def repair_log(self) -> None:
-        """Replicas: log the results a crashed replica finished in the shared store but
-        died before logging (``restore`` does this for a lone orchestrator). Run at a
-        replica's start; identities make a repair by two replicas at once harmless."""
-        self._log_missing_results(replay(self.events.read()))
+        """Replicas: log the claims and results a crashed replica stored in the shared
+        store but died before logging (``restore`` does this for a lone orchestrator). Run
+        at a replica's start; identities make a repair by two replicas at once harmless."""
+        self._log_missing_results(replay(self.events.read()), log_claims=True)
         self._journal.flush()
 
-    def _log_missing_results(self, state: FleetState) -> None:
+    def _log_missing_results(self, state: FleetState, *, log_claims: bool = False) -> None:
         for record in self.store.iter_records():
             view = state.keys.get((record.scope, record.key))
+            if view is None and (log_claims or record.state.is_final):
+                # A result without its acceptance would be an orphan to replay.
+                command = self._command_from_record(record)
+                self._journal.append(EventType.ACCEPTED, command, accepted_detail(command))
             if record.state.is_final and (view is None or view.state != record.state):
                 command = self._command_from_record(record)
                 self._journal.append(EventType.RESULT, command, result_detail(record))
@@ -346,7 +350,11 @@ class OrchestratorCore:
                 command = self._command_from_record(record)
                 if (command.client_id, command.key) in self._by_client_key:
                     continue
-                command.attempt = self._attempts_logged(command)
+                command.attempt, logged = self._attempts_logged(command)
+                if not logged:
+                    # Its accepting replica died before logging it: without this event
+                    # the log's replay would never know the key (its result an orphan).
+                    self._journal.append(EventType.ACCEPTED, command, accepted_detail(command))
                 self._by_client_key[(command.client_id, command.key)] = command
                 if command.attempt > 0:
                     self._dispatcher.restore_in_flight(command)
@@ -357,14 +365,17 @@ class OrchestratorCore:
         self.counters["leases_acquired"] += 1
         return taken
 
-    def _attempts_logged(self, command: PendingCommand) -> int:
+    def _attempts_logged(self, command: PendingCommand) -> tuple[int, bool]:
+        """Sends of this claim the log records, and whether the log knows the claim."""
         sent = (EventType.DISPATCHED, EventType.RETRIED)
-        attempts = [
-            int(event.detail.get("attempt", 0))
+        events = [
+            event
             for event in self.events.events_for(command.client_id, command.key)
-            if event.event_type in sent and event.discriminator.startswith(f"{command.claim_id}/")
+            if event.discriminator.startswith(f"{command.claim_id}/")
         ]
-        return max(attempts, default=0)
+        attempts = [int(e.detail.get("attempt", 0)) for e in events if e.event_type in sent]
+        logged = any(event.event_type == EventType.ACCEPTED for event in events)
+        return max(attempts, default=0), logged
 
     def abandon(self, robot_id: str) -> None:
         """The lease is lost: stop dispatching to ``robot_id`` at once."""

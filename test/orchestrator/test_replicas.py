@@ -272,3 +272,19 @@ def test_a_result_a_dead_replica_stored_but_never_logged_is_logged_by_the_next_t
         assert (view.state, view.status_code) == (State.COMPLETED, 200)
     finally:
         restarted.close()
+
+
+def test_a_claim_its_dead_replica_never_logged_is_logged_by_the_replica_that_runs_it(
+    cluster: Cluster,
+) -> None:
+    a, b = cluster.replicas
+    cluster.pump()
+    # Accepted and claimed by replica-a, whose ACCEPTED event waits for a commit it never
+    # makes: it dies at once.
+    assert submit(a, "unannounced", "amr_1", "dock", {"dock": "D2"}).status_code == 202
+    a.crash()
+    cluster.run_until(lambda: cluster.final("wms", "unannounced"), "the survivor to run it")
+    b.core.flush_events()
+    view = replay(b.events.read()).keys[("wms", "unannounced")]
+    assert view.state == State.COMPLETED
+    assert cluster.effects("wms", "unannounced", "amr_1") == 1
