@@ -175,13 +175,7 @@ class OrchestratorCore:
                     self._journal.append(EventType.ACCEPTED, command, accepted_detail(command))
                 else:
                     command.attempt = view.attempts
-                self._by_client_key[(command.client_id, command.key)] = command
-                if command.attempt > 0:
-                    # Sent before the crash: keep it in flight and re-send at once (same
-                    # key, next attempt); the robot answers from its store if it has it.
-                    self._dispatcher.restore_in_flight(command)
-                else:
-                    self._dispatcher.enqueue(command)
+                self._requeue(command)
                 self.counters["restored"] += 1
             self._log_missing_results(state)
         self._journal.flush()
@@ -341,29 +335,42 @@ class OrchestratorCore:
         """
         if robot_id not in self._robots:
             return 0
+        # Held first: a claim committed after the read below is queued by its own submit
+        # (or found in the log), so the store and log are read without holding the lock
+        # every submit takes.
+        self._dispatcher.hold(robot_id, fencing_token)
+        records = [r for r in self.store.in_flight_records() if r.robot_id == robot_id]
+        records.sort(key=lambda record: record.created_at)
+        found = []
+        for record in records:
+            command = self._command_from_record(record)
+            command.attempt, logged = self._attempts_logged(command)
+            found.append((command, logged))
         taken = 0
         with self._lock:
-            self._dispatcher.hold(robot_id, fencing_token)
-            records = [r for r in self.store.in_flight_records() if r.robot_id == robot_id]
-            records.sort(key=lambda record: record.created_at)
-            for record in records:
-                command = self._command_from_record(record)
+            for command, logged in found:
                 if (command.client_id, command.key) in self._by_client_key:
                     continue
-                command.attempt, logged = self._attempts_logged(command)
                 if not logged:
                     # Its accepting replica died before logging it: without this event
                     # the log's replay would never know the key (its result an orphan).
                     self._journal.append(EventType.ACCEPTED, command, accepted_detail(command))
-                self._by_client_key[(command.client_id, command.key)] = command
-                if command.attempt > 0:
-                    self._dispatcher.restore_in_flight(command)
-                else:
-                    self._dispatcher.enqueue(command)
+                self._requeue(command)
                 taken += 1
         self.counters["adopted"] += taken
         self.counters["leases_acquired"] += 1
         return taken
+
+    def _requeue(self, command: PendingCommand) -> None:
+        """Queue an unfinished command found in the store (lock held)."""
+        self._by_client_key[(command.client_id, command.key)] = command
+        if command.attempt > 0:
+            # Sent before (by us before a crash, or by the robot's previous lease holder):
+            # in flight, re-sent at once with the same key and the next attempt; the robot
+            # answers from its store if it has it.
+            self._dispatcher.restore_in_flight(command)
+        else:
+            self._dispatcher.enqueue(command)
 
     def _attempts_logged(self, command: PendingCommand) -> tuple[int, bool]:
         """Sends of this claim the log records, and whether the log knows the claim."""
@@ -486,7 +493,7 @@ class OrchestratorCore:
         deliveries = []
         for item in due:
             command = item.command
-            token = self._dispatcher.fencing_token(command.robot_id)
+            token = item.fencing_token
             if self.lease_token is not None and self.lease_token(command.robot_id) != token:
                 # The lease ran out since the keeper's last step: send nothing; the
                 # keeper's ``abandon`` follows.

@@ -112,6 +112,8 @@ class Due:
 
     command: PendingCommand
     is_retry: bool
+    # The lane's lease token when it became due (0 for a lone orchestrator).
+    fencing_token: int = 0
 
 
 class ResultEffect(Enum):
@@ -208,10 +210,6 @@ class Dispatcher:
             lane = self.lanes.get(robot_id)
             return lane is not None and lane.held
 
-    def fencing_token(self, robot_id: str) -> int:
-        with self._lock:
-            return self.lanes[robot_id].fencing_token
-
     def queue_full(self, robot_id: str) -> bool:
         with self._lock:
             waiting = self.lanes[robot_id].waiting
@@ -250,7 +248,7 @@ class Dispatcher:
                         or command.next_send_at > now
                     ):
                         continue
-                    due.append(Due(command, is_retry=True))
+                    due.append(Due(command, True, lane.fencing_token))
                     self._schedule(command, now)
             dirty, self._dirty = self._dirty, set()
             for robot_id in dirty:
@@ -263,7 +261,7 @@ class Dispatcher:
                     command = lane.queue.popleft()
                     command.dispatched = True
                     lane.in_flight[command.robot_key] = command
-                    due.append(Due(command, is_retry=False))
+                    due.append(Due(command, False, lane.fencing_token))
                     self._schedule(command, now)
             for item in due:
                 item.command.attempt += 1

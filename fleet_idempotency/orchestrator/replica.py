@@ -64,7 +64,7 @@ class ReplicaLeases:
             robots,
             ttl_s=settings.lease_ttl_s,
             on_acquired=self._acquired,
-            on_lost=self._lost,
+            on_lost=core.abandon,
             on_error=log,
         )
         core.lease_token = self.keeper.token
@@ -73,9 +73,6 @@ class ReplicaLeases:
         taken = self._core.adopt(robot_id, token)
         self._log(f"took the lease on {robot_id} (token {token}): {taken} unfinished commands")
         self._on_change()
-
-    def _lost(self, robot_id: str) -> None:
-        self._core.abandon(robot_id)
 
     def start(self) -> None:
         self.keeper.start()
