@@ -16,7 +16,6 @@ store writes (fsyncs) happen outside it so that concurrent submits share commits
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import random
@@ -50,6 +49,7 @@ from fleet_idempotency.protocol import (
 from fleet_idempotency.store import (
     Claimed,
     Expired,
+    FinalResultConflict,
     IdempotencyStore,
     InProgress,
     InvalidRequest,
@@ -139,14 +139,16 @@ class OrchestratorCore:
             for spec in fleet.robots
         }
         self._dispatcher = Dispatcher(lanes, self.settings, clock=clock, rng=rng or random.Random())
-        self._journal = Journal(events, on_event=on_event, wall_clock=wall_clock)
+        self.counters: Counter[str] = Counter()
+        self._journal = Journal(
+            events, on_event=on_event, wall_clock=wall_clock, counters=self.counters
+        )
         # Guards the maps below; the dispatcher's own lock guards the lanes.
         self._lock = threading.RLock()
         self._robots = lanes
         self._by_client_key: dict[tuple[str, str], PendingCommand] = {}
         self._rejections: dict[tuple[str, str], tuple[int, str]] = {}
         self._duplicates: Counter[tuple[str, str]] = Counter()
-        self.counters: Counter[str] = Counter()
         # Replicated: the lease keeper's word on whether a robot is still ours right now
         # (checked at each send: a lease may run out between two keeper steps).
         self.lease_token: Callable[[str], int | None] | None = None
@@ -568,15 +570,29 @@ class OrchestratorCore:
                     status_code=answer.status_code,
                     result_json=answer.result_json,
                 )
-            except StoreError as error:
+            except (NotClaimed, UnknownKey, FinalResultConflict) as error:
+                # Final or gone already (another holder settled it, or its retention
+                # ended): nothing left to wait for.
                 self.counters["finish_errors"] += 1
-                self._journal.append(EventType.RESULT, command, {"error": str(error)})
+                self._journal.append(
+                    EventType.RESULT_IGNORED,
+                    command,
+                    {"error": str(error), "state": int(answer.state)},
+                    discriminator=f"finish-error/{command.attempt}",
+                )
+                self._forget(client_key)
+                return
+            except StoreError:
+                # The database is down or the store is full: the outcome must not be
+                # lost, and the robot keeps it, so the command goes back in flight and its
+                # re-send fetches the same answer again once the store takes writes.
+                self.counters["finish_deferred"] += 1
+                self._resend_later(command)
                 return
             kind = EventType.INTERRUPTED if answer.state == State.INTERRUPTED else EventType.RESULT
             self._journal.append(kind, command, result_detail(record))
             self.counters[f"final_{answer.state.name.lower()}"] += 1
-            with self._lock:
-                self._by_client_key.pop(client_key, None)
+            self._forget(client_key)
             return
         if answer.status_code in (BUSY, STORE_FULL):
             self.counters["robot_busy"] += 1
@@ -592,10 +608,18 @@ class OrchestratorCore:
         # first: the release wakes the submits waiting on this key, and they read it.
         with self._lock:
             self._rejections[client_key] = (answer.status_code, answer.message)
-        with contextlib.suppress(NotClaimed, UnknownKey):
+        try:
             self.store.release(command.client_id, command.key)
-        with self._lock:
-            self._by_client_key.pop(client_key, None)
+        except (NotClaimed, UnknownKey):
+            pass
+        except StoreError:
+            # Still claimed: a re-send is refused again, and released then.
+            with self._lock:
+                self._rejections.pop(client_key, None)
+            self.counters["release_deferred"] += 1
+            self._resend_later(command)
+            return
+        self._forget(client_key)
         kind = EventType.EXPIRED if answer.status_code == GONE else EventType.REJECTED
         self.counters[f"robot_{kind.value}"] += 1
         # At once: restore could not tell a released key's end from the log alone.
@@ -603,6 +627,16 @@ class OrchestratorCore:
         self._journal.emit(
             [self._journal.event(kind, command, detail, discriminator=str(command.attempt))]
         )
+
+    def _forget(self, client_key: tuple[str, str]) -> None:
+        with self._lock:
+            self._by_client_key.pop(client_key, None)
+
+    def _resend_later(self, command: PendingCommand) -> None:
+        if not self._dispatcher.resend_later(command):
+            # The lease went meanwhile: the claim stays in the shared store for the next
+            # holder to adopt.
+            self._forget((command.client_id, command.key))
 
     # --- status check ---------------------------------------------------------------------
     def check_key(self, client_id: str, key: str) -> tuple[KeyStatus, tuple[str, str] | None]:

@@ -186,6 +186,19 @@ class Dispatcher:
             self.lanes[command.robot_id].in_flight[command.robot_key] = command
             self._at(0.0, _RETRY, command.robot_id, command.robot_key)
 
+    def resend_later(self, command: PendingCommand) -> bool:
+        """A settled command whose outcome could not be stored: back in flight, re-sent at
+        its next backoff (the robot answers the re-send from its store). False when its
+        lane is no longer ours: the next lease holder adopts it from the shared store."""
+        with self._lock:
+            lane = self.lanes[command.robot_id]
+            if not lane.held:
+                return False
+            command.dispatched = True
+            lane.in_flight[command.robot_key] = command
+            self._schedule(command, self._clock())
+            return True
+
     def hold(self, robot_id: str, fencing_token: int) -> None:
         """This replica took the robot's lease: dispatch to it under ``fencing_token``."""
         with self._lock:

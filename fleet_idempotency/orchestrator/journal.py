@@ -11,20 +11,26 @@ crash, ``OrchestratorCore.restore`` appends what the log is missing (an ACCEPTED
 claim, a RESULT for a finish), and a lost DISPATCHED only means a re-send the robot
 answers from its store. Events whose loss restore could not repair (a key released after
 a robot's refusal) are appended at once with ``emit``, after everything deferred before
-them, so the log's order is always the order things happened.
+them, so the log's order is always the order things happened. A batch the log could not
+take (its database down) stays queued, ahead of what comes next, for the next flush.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from fleet_idempotency.events import EventLog, EventType, FleetEventRecord
+from fleet_idempotency.events import EventLog, EventLogUnavailable, EventType, FleetEventRecord
 from fleet_idempotency.store import Record
 
 from .dispatch import PendingCommand
+
+# Events kept for a log that cannot be reached; the oldest beyond are dropped (counted in
+# the "events_dropped" counter). About 1000 s of a busy fleet's events.
+MAX_PENDING_EVENTS = 100_000
 
 
 def accepted_detail(command: PendingCommand) -> dict[str, Any]:
@@ -51,12 +57,15 @@ class Journal:
         *,
         on_event: Callable[[FleetEventRecord], None],
         wall_clock: Callable[[], float] = time.time,
+        counters: Counter[str] | None = None,
     ) -> None:
         self.events = events
         self._on_event = on_event
         self._wall_clock = wall_clock
         self._pending: list[FleetEventRecord] = []
         self._pending_lock = threading.Lock()
+        # "events_dropped": deferred events given up while the log was unreachable.
+        self._counters = Counter[str]() if counters is None else counters
         # Held across take-and-append, so batches reach the log in the order they formed.
         self._append_lock = threading.Lock()
 
@@ -127,6 +136,19 @@ class Journal:
                 batch, self._pending = [*self._pending, *events], []
             if not batch:
                 return
-            for stored, appended in self.events.append_many(batch):
+            try:
+                stored_batch = self.events.append_many(batch)
+            except EventLogUnavailable:
+                # Kept for the next flush (identities make a commit that did land before
+                # the connection broke a no-op), within a bound: a log down for hours
+                # must not grow this process without limit.
+                with self._pending_lock:
+                    self._pending[:0] = batch
+                    excess = len(self._pending) - MAX_PENDING_EVENTS
+                    if excess > 0:
+                        del self._pending[:excess]
+                        self._counters["events_dropped"] += excess
+                raise
+            for stored, appended in stored_batch:
                 if appended:
                     self._on_event(stored)
