@@ -12,7 +12,7 @@ Contract of every backend:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Self
 
@@ -68,3 +68,24 @@ class EventLog(ABC):
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def read_in_pages(
+    fetch_page: Callable[[int, int], list[FleetEventRecord]],
+    after_sequence: int,
+    limit: int | None,
+    page_size: int,
+) -> Iterator[FleetEventRecord]:
+    """Events after ``after_sequence`` (at most ``limit``), fetched ``page_size`` at a time
+    by ``fetch_page(after_sequence, want)``: a long export never holds one transaction or
+    connection for the whole log."""
+    remaining = limit
+    while remaining is None or remaining > 0:
+        want = page_size if remaining is None else min(page_size, remaining)
+        page = fetch_page(after_sequence, want)
+        yield from page
+        if len(page) < want:
+            return
+        after_sequence = page[-1].sequence
+        if remaining is not None:
+            remaining -= len(page)

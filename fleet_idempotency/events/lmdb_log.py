@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store.persistence.lmdb_env import META_DB, LmdbEnvironment, LmdbErrors, LmdbLayout
-from .base import EventLog
+from .base import EventLog, read_in_pages
 from .codec import (
     FORMAT_MARKER,
     SCHEMA_VERSION,
@@ -150,16 +150,10 @@ class LmdbEventLog(EventLog):
         return self._read_pages(after_sequence, limit)
 
     def _read_pages(self, after_sequence: int, limit: int | None) -> Iterator[FleetEventRecord]:
-        remaining = limit
-        while remaining is None or remaining > 0:
-            want = _READ_PAGE if remaining is None else min(_READ_PAGE, remaining)
-            page = self._env.run_read(partial(self._page, after_sequence=after_sequence, want=want))
-            yield from page
-            if len(page) < want:
-                return
-            after_sequence = page[-1].sequence
-            if remaining is not None:
-                remaining -= len(page)
+        def fetch(after: int, want: int) -> list[FleetEventRecord]:
+            return self._env.run_read(partial(self._page, after_sequence=after, want=want))
+
+        return read_in_pages(fetch, after_sequence, limit, _READ_PAGE)
 
     def _page(self, txn: Any, after_sequence: int, want: int) -> list[FleetEventRecord]:
         page: list[FleetEventRecord] = []

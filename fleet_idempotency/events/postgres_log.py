@@ -34,7 +34,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolClosed
 
-from .base import EventLog
+from .base import EventLog, read_in_pages
 from .codec import FORMAT_MARKER, SCHEMA_VERSION, check_appendable
 from .config import EventLogConfig
 from .model import (
@@ -316,17 +316,12 @@ class PostgresEventLog(EventLog):
         query = sql.SQL(
             "SELECT {columns} FROM {events} WHERE sequence > %s ORDER BY sequence LIMIT %s"
         ).format(columns=sql.SQL(_COLUMNS), events=self._names.events)
-        remaining = limit
-        while remaining is None or remaining > 0:
-            want = _READ_PAGE if remaining is None else min(_READ_PAGE, remaining)
+
+        def fetch(after: int, want: int) -> list[FleetEventRecord]:
             with self._connection() as conn:
-                page = [_decode(row) for row in conn.execute(query, (after_sequence, want))]
-            yield from page
-            if len(page) < want:
-                return
-            after_sequence = page[-1].sequence
-            if remaining is not None:
-                remaining -= len(page)
+                return [_decode(row) for row in conn.execute(query, (after, want))]
+
+        return read_in_pages(fetch, after_sequence, limit, _READ_PAGE)
 
     def last_sequence(self) -> int:
         with self._connection() as conn:

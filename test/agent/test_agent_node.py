@@ -167,27 +167,32 @@ def test_malformed_commands_get_400_and_the_node_stays_healthy(
 
 
 def test_kill_9_mid_pick_is_interrupted_and_mid_move_resumes(fleet: FleetHarness) -> None:
-    fleet.start_agent("forklift_1", "forklift", start_x=2.0, start_y=4.0, time_scale=0.5)
+    # A slow forklift: after the lift it holds the pallet 3 s before its result, a margin
+    # the kill below does not miss on a loaded machine (at 0.5 it once did).
+    slow = {"time_scale": 2.0}
+    fleet.start_agent("forklift_1", "forklift", **slow)
     fleet.start_agent("amr_1", "amr", time_scale=0.5)
 
     # The pick is killed after its side effect (pallet on the forks), before its result.
     fleet.send("forklift_1", "k-pick", "pick", {"slot": "A2"})
     fleet.spin_until(
-        lambda: fleet.side_effects("forklift_1", "k-pick") == 1, "the pallet to be lifted"
+        lambda: fleet.side_effects("forklift_1", "k-pick") == 1,
+        "the pallet to be lifted (6 m and 3 s of handling at time scale 2)",
+        timeout_s=60.0,
     )
-    # The move is killed while travelling, before it arrives.
+    fleet.children.kill("agent_forklift_1", signal.SIGKILL)
+    # The move is killed while travelling (28 m, ~9 s), before it arrives.
     fleet.send("amr_1", "k-move", "move_to_waypoint", {"waypoint": "W8"})
     fleet.spin_until(
         lambda: fleet.statuses["amr_1"].current_key == "k-move" and fleet.statuses["amr_1"].x > 1.0,
         "the AMR to be on its way",
     )
-    fleet.children.kill("agent_forklift_1", signal.SIGKILL)
     fleet.children.kill("agent_amr_1", signal.SIGKILL)
     assert not any(
         r.idempotency_key in ("k-pick", "k-move") and r.state == COMPLETED for r in fleet.results
     )
 
-    fleet.start_agent("forklift_1", "forklift", start_x=2.0, start_y=4.0, time_scale=0.5)
+    fleet.start_agent("forklift_1", "forklift", **slow)
     fleet.start_agent("amr_1", "amr", time_scale=0.5)
     interrupted = fleet.final("k-pick")
     assert (interrupted.state, interrupted.status_code) == (INTERRUPTED, 500)

@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from fleet_idempotency.ros.dds_isolation import isolated_environment
 
-from support.ros_support import processes_mentioning, wait_for
+from support.ros_support import describe_processes, processes_mentioning, wait_for
 
 BIN = Path(sys.prefix) / "bin"
 
@@ -150,11 +151,14 @@ def test_up_restarts_a_killed_node_and_sigkill_of_up_leaves_no_node(tmp_path: Pa
     # the supervisor had just restarted first finishes starting (imports, discovery)
     # before it reads the EOF, then has parent_watch.GRACE_S to stop: on a loaded machine
     # that has taken longer than 30 s once.
-    wait_for(
-        lambda: not processes_mentioning(str(store)),
-        timeout_s=90,
-        what="every node of the SIGKILLed fleet-idem up to exit",
-    )
+    try:
+        wait_for(
+            lambda: not processes_mentioning(str(store)),
+            timeout_s=90,
+            what="every node of the SIGKILLed fleet-idem up to exit",
+        )
+    except pytest.fail.Exception:
+        pytest.fail(f"still running 90 s after up's SIGKILL:\n{describe_processes(str(store))}")
 
 
 def test_client_commands_fail_clearly_without_a_fleet(tmp_path: Path, ros_domain: int) -> None:

@@ -104,6 +104,27 @@ def children(tmp_path: Path) -> Iterator[ChildProcesses]:
             print(f"----- {name} -----\n{managed.log(name)[-4000:]}")
 
 
+def describe_processes(text: str) -> str:
+    """Each process mentioning ``text`` with its state, parent and open pipes: what a test
+    that waited in vain for them to exit should say."""
+    lines = []
+    for found in processes_mentioning(text):
+        pid = found.split(":", 1)[0]
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            fds = Path(f"/proc/{pid}/fd")
+            pipes = sorted(
+                f"{fd.name}->{os.readlink(fd)}"
+                for fd in fds.iterdir()
+                if os.readlink(fd).startswith("pipe:")
+            )
+        except OSError as error:
+            lines.append(f"{found} ({error})")
+            continue
+        lines.append(f"{found} [state {stat[0]}, parent {stat[1]}, pipes {pipes}]")
+    return "\n".join(lines) or "none"
+
+
 def processes_mentioning(text: str) -> list[str]:
     found = []
     for entry in Path("/proc").iterdir():
