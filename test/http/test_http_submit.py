@@ -129,7 +129,7 @@ def test_bad_requests_are_problems_naming_the_field_and_store_nothing(
 ) -> None:
     fleet.start_agent("amr_1", "amr")
     fleet.start_orchestrator()
-    http_server.start(max_body_bytes=1024)
+    http_server.start(max_body_bytes=8192)
     url = "/v1/robots/amr_1/commands"
     good = {"command_type": "dock", "payload": {"dock": "D1"}}
     with http_server.client() as client:
@@ -167,6 +167,33 @@ def test_bad_requests_are_problems_naming_the_field_and_store_nothing(
                 "body",
             ),
             (
+                # Under the size limit, but deep enough to make an unbounded decoder
+                # raise RecursionError.
+                "deep",
+                client.post(
+                    url,
+                    content=b'{"command_type": "dock", "payload": '
+                    + b"[" * 3000
+                    + b"]" * 3000
+                    + b"}",
+                    headers={"Idempotency-Key": "deep", "Content-Type": "application/json"},
+                ),
+                400,
+                "invalid-request",
+                "body",
+            ),
+            (
+                "nan",
+                client.post(
+                    url,
+                    content=b'{"command_type": "dock", "payload": {"dock": NaN}}',
+                    headers={"Idempotency-Key": "nan", "Content-Type": "application/json"},
+                ),
+                400,
+                "invalid-request",
+                "body",
+            ),
+            (
                 "form",
                 client.post(
                     url, data={"command_type": "dock"}, headers={"Idempotency-Key": "form"}
@@ -179,7 +206,7 @@ def test_bad_requests_are_problems_naming_the_field_and_store_nothing(
                 "huge",
                 client.post(
                     url,
-                    json={**good, "payload": {"dock": "D" * 2000}},
+                    json={**good, "payload": {"dock": "D" * 9000}},
                     headers={"Idempotency-Key": "huge"},
                 ),
                 413,
@@ -227,12 +254,16 @@ def test_bad_requests_are_problems_naming_the_field_and_store_nothing(
         for name, answer, status, slug, field in cases:
             problem = assert_problem(answer, status, slug)
             assert problem.get("field") == field, (name, problem)
+            if name == "deep":
+                assert "nested 3001 levels deep; at most 17" in problem["detail"], problem
         quoted = post_command(client, "amr_1", '"quoted-key"', "dock", {"dock": "D1"}, wait_s=20)
         assert quoted.status_code == 200, quoted.text
         assert quoted.headers["location"] == "/v1/commands/quoted-key"
 
         for key in (
             "bad-json",
+            "deep",
+            "nan",
             "form",
             "huge",
             "unknown-robot",
