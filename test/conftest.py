@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 pytest_plugins = [
     "support.ros_support",
     "support.fleet_harness",
+    "support.http_harness",
     "support.postgres_support",
     "support.event_log_support",
 ]

@@ -114,3 +114,9 @@ def wait_until_state(
         if time.monotonic() > deadline:
             pytest.fail(f"{key} never reached {states}: {answer.status_code} {answer.text}")
         time.sleep(0.1)
+
+
+@pytest.fixture
+def http_server(fleet: FleetHarness) -> HttpServer:
+    """A real http_api process in front of this test's fleet (started by the test)."""
+    return HttpServer(fleet)
