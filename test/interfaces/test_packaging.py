@@ -48,6 +48,11 @@ def copy_sources(destination: Path) -> None:
             shutil.copy2(source, target)
 
 
+# A CMake build and a pip install of ~130 wheels: 2-3 min alone, and past the suite's
+# 300 s hang guard when two suites share the 2 cores (it timed out so in both).
+BUILD_TIMEOUT = pytest.mark.timeout(900)
+
+
 def run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(argv, check=False, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
     assert result.returncode == 0, (
@@ -56,6 +61,7 @@ def run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     return result
 
 
+@BUILD_TIMEOUT
 def test_colcon_build_installs_interfaces_and_console_scripts(
     tmp_path: Path, ros_domain: int
 ) -> None:
@@ -83,6 +89,7 @@ def test_colcon_build_installs_interfaces_and_console_scripts(
     assert "usage" in result.stdout.lower()
 
 
+@BUILD_TIMEOUT
 def test_wheel_installs_into_a_clean_venv(tmp_path: Path, ros_domain: int) -> None:
     source = tmp_path / "src"
     copy_sources(source)
