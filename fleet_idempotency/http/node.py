@@ -38,7 +38,7 @@ from fleet_idempotency.msg import CommandResult, FleetEvent, RobotStatus
 from fleet_idempotency.ros.convert import time_to_epoch
 from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import STARTUP_ERRORS
-from fleet_idempotency.ros.parent_watch import watch_parent
+from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
 from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 from fleet_idempotency.store.errors import InvalidRequest
@@ -334,6 +334,7 @@ def main(args: list[str] | None = None) -> None:
             spinners[-1].start()
         node.serve()
     finally:
+        arm_shutdown_deadline()
         for executor in executors:
             executor.shutdown(timeout_sec=2.0)
         for spinner in spinners:

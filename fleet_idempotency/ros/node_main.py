@@ -25,7 +25,7 @@ from rclpy.node import Node
 from fleet_idempotency.auth import KeyringError
 from fleet_idempotency.bringup.fleet_config import FleetConfigError
 from fleet_idempotency.events import EventLogError
-from fleet_idempotency.ros.parent_watch import watch_parent
+from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
 from fleet_idempotency.sim.world_link_ros import WorldUnavailable
 from fleet_idempotency.store import StoreError
 
@@ -86,6 +86,7 @@ def run_nodes(
     finally:
         # A second signal during shutdown must not interrupt closing the stores.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        arm_shutdown_deadline()
         for node in nodes:
             shutdown = getattr(node, "shutdown", None)
             if shutdown is not None:

@@ -19,6 +19,21 @@ import threading
 
 PARENT_FD_VARIABLE = "FLEET_IDEM_PARENT_FD"
 GRACE_S = 10.0
+# How long a node's own shutdown (stores closed, nodes destroyed) may take.
+SHUTDOWN_DEADLINE_S = 30.0
+
+
+def arm_shutdown_deadline(seconds: float | None = None) -> None:
+    """Have the kernel end this process if its shutdown has not finished in ``seconds``.
+
+    Call it from the main thread as shutdown begins. The deadline is SIGALRM's default
+    action, which needs no GIL: rclpy's ``Node.destroy_node`` was seen to busy-wait in C++
+    with the GIL held (``destroy_when_not_in_use``), for ever, so that no Python thread,
+    the parent watcher's hard exit included, ever ran again. The node kept a core busy
+    long after ``fleet-idem`` was gone.
+    """
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, SHUTDOWN_DEADLINE_S if seconds is None else seconds)
 
 
 def watch_parent(environ: dict[str, str] | None = None) -> threading.Thread | None:

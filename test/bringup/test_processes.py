@@ -129,3 +129,45 @@ def test_children_exit_when_their_parent_is_sigkilled(tmp_path: Path) -> None:
         parent.kill()
         parent.wait(timeout=30)
     wait_for(lambda: not _alive(child), timeout_s=30, what="the orphaned child to exit")
+
+
+# A node whose shutdown hangs holding the GIL, as rclpy's destroy_node was seen to do (a
+# C++ busy-wait): SIGTERM starts the shutdown as in run_nodes, which arms the deadline;
+# then a regular expression that backtracks for ever in C stands for the stuck call. No
+# Python thread of the child can run again, so only the kernel can end it.
+STUCK_CHILD = textwrap.dedent(
+    """
+    import re, signal, threading
+    from fleet_idempotency.ros import parent_watch
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    parent_watch.watch_parent()
+    print("up", flush=True)
+    stop.wait()
+    parent_watch.arm_shutdown_deadline(1.0)
+    re.match(r"(a+)+$", "a" * 64 + "b")
+    """
+)
+
+
+def test_a_child_whose_shutdown_hangs_holding_the_gil_is_ended_by_its_deadline(
+    tmp_path: Path,
+) -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(tmp_path / "logs"), STUCK_CHILD],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        wait_for(
+            lambda: "up" in (tmp_path / "logs" / "node.log").read_text(),
+            timeout_s=30,
+            what="the child to start watching its parent",
+        )
+        assert _alive(child)
+    finally:
+        parent.kill()
+        parent.wait(timeout=30)
+    wait_for(lambda: not _alive(child), timeout_s=30, what="the stuck child to be ended")
