@@ -110,9 +110,11 @@ PARENT = textwrap.dedent(
 )
 
 
-def test_children_exit_when_their_parent_is_sigkilled(tmp_path: Path) -> None:
+def _orphan(tmp_path: Path, child_script: str) -> int:
+    """Start ``child_script`` under a FleetProcesses parent, SIGKILL the parent once the
+    child watches it, and return the child's pid."""
     parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT, str(tmp_path / "logs"), CHILD],
+        [sys.executable, "-c", PARENT, str(tmp_path / "logs"), child_script],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -128,6 +130,11 @@ def test_children_exit_when_their_parent_is_sigkilled(tmp_path: Path) -> None:
     finally:
         parent.kill()
         parent.wait(timeout=30)
+    return child
+
+
+def test_children_exit_when_their_parent_is_sigkilled(tmp_path: Path) -> None:
+    child = _orphan(tmp_path, CHILD)
     wait_for(lambda: not _alive(child), timeout_s=30, what="the orphaned child to exit")
 
 
@@ -153,21 +160,5 @@ STUCK_CHILD = textwrap.dedent(
 def test_a_child_whose_shutdown_hangs_holding_the_gil_is_ended_by_its_deadline(
     tmp_path: Path,
 ) -> None:
-    parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT, str(tmp_path / "logs"), STUCK_CHILD],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert parent.stdout is not None
-        child = int(parent.stdout.readline())
-        wait_for(
-            lambda: "up" in (tmp_path / "logs" / "node.log").read_text(),
-            timeout_s=30,
-            what="the child to start watching its parent",
-        )
-        assert _alive(child)
-    finally:
-        parent.kill()
-        parent.wait(timeout=30)
+    child = _orphan(tmp_path, STUCK_CHILD)
     wait_for(lambda: not _alive(child), timeout_s=30, what="the stuck child to be ended")
