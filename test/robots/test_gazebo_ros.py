@@ -44,14 +44,19 @@ from support.ros_support import wait_for
 
 FLEET = load_fleet(FLEET_FILE)
 # Over real topics, odometry and commands lag by however the machine schedules the
-# processes; FAST_MOTION's high gains (made for the in-process body) then overshoot and
-# circle the goal on a loaded machine. Gentler gains converge under the lags seen here.
+# processes. A heading loop with gain k and a lag of t seconds oscillates once k * t
+# passes pi / 2: FAST_MOTION's gains (made for the in-process body) circled the goal on a
+# loaded machine, and so did a gain of 2 (0.10 m short after 18.7 s, in a full run and
+# again alone).
+# A gain of 1 tolerates 1.5 s of lag; the deadline is generous because a loaded machine
+# slows the loop, and the tests assert where the robot ends, not how fast it got there.
 WIRE_MOTION = FAST_MOTION.model_copy(
     update={
         "max_linear_m_s": 1.0,
-        "max_angular_rad_s": 1.5,
-        "angular_gain": 2.0,
+        "max_angular_rad_s": 1.0,
+        "angular_gain": 1.0,
         "linear_gain": 1.0,
+        "move_timeout_base_s": 60.0,
     }
 )
 FAST_PARAMETERS = {
