@@ -11,10 +11,12 @@
   end: every key is COMPLETED at the orchestrator and the world saw exactly one side
   effect per command;
 - where the time goes: CPU seconds per command of each process during the throughput
-  phase and, with ``--profile``, the orchestrator's hottest functions (py-spy).
+  phase and, with ``--profile [names]``, the hottest functions of the orchestrator or of
+  the named processes (py-spy).
 
     .venv/bin/python bench/bench_orchestrator.py [--latency-commands 200]
-        [--commands 3000] [--robots 50] [--window 64] [--hosts 2] [--profile]
+        [--commands 3000] [--robots 50] [--window 64] [--hosts 2]
+        [--profile [orchestrator,agents_1]]
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import bare_pipeline  # beside this file
 import rclpy
 import yaml
 from rclpy.executors import SingleThreadedExecutor
@@ -137,10 +140,21 @@ class Bench:
         self.finished: dict[str, float] = {}
         self.finished_by_check = 0
         self.node.create_subscription(FleetEvent, "/fleet/events", self._on_event, 10_000)
+        self.bare_submit = self.node.create_client(
+            SubmitCommand, bare_pipeline.SUBMIT_SERVICE, qos_profile=DEEP
+        )
+        self.bare_finished: dict[str, float] = {}
+        self.node.create_subscription(
+            FleetEvent, bare_pipeline.EVENTS_TOPIC, self._on_bare_event, bare_pipeline.QOS
+        )
 
     def _on_event(self, event: FleetEvent) -> None:
         if event.event_type == "result" and event.client_id == CLIENT:
             self.finished.setdefault(event.idempotency_key, time.perf_counter())
+
+    def _on_bare_event(self, event: FleetEvent) -> None:
+        if event.event_type == "result":
+            self.bare_finished.setdefault(event.idempotency_key, time.perf_counter())
 
     def spin_until(self, condition: Callable[[], bool], timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s
@@ -271,7 +285,12 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=2, help="agent_host processes")
     parser.add_argument("--host-threads", type=int, default=4)
     parser.add_argument(
-        "--profile", action="store_true", help="py-spy the orchestrator in the throughput phase"
+        "--profile",
+        nargs="?",
+        const="orchestrator",
+        default="",
+        help="py-spy these processes (comma-separated: orchestrator, agents_1, world, ...) "
+        "in the throughput phase; alone: the orchestrator",
     )
     parser.add_argument("--keep-logs", type=Path, help="copy the children's log here")
     parser.add_argument(
@@ -345,6 +364,12 @@ def bench_fleet(options: argparse.Namespace) -> None:
                 ],
             )
         spawn("echo", [sys.executable, "-c", ECHO])
+        # The bare ceiling's processes, shaped like the fleet's (bare_pipeline.py).
+        bare = [sys.executable, str(Path(__file__).with_name("bare_pipeline.py"))]
+        spawn("bare_orchestrator", [*bare, "orchestrator", "--robots", ",".join(robots)])
+        spawn("bare_world", [*bare, "world"])
+        for index, group in enumerate(groups):
+            spawn(f"bare_agents_{index}", [*bare, "agents", "--robots", ",".join(group)])
         context = rclpy.Context()
         rclpy.init(context=context, domain_id=domain_id)
         try:
@@ -426,18 +451,18 @@ def run(
     requests = [submit_request(k, r, 0.0) for k, r in zip(keys, targets, strict=True)]
     cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     client_cpu_before = time.process_time()
-    profiler = None
-    if options.profile and (tool := py_spy()):
-        profiler = subprocess.Popen(
+    profiled = [name for name in options.profile.split(",") if name]
+    profilers = [
+        subprocess.Popen(
             [
                 tool,
                 "record",
                 "--pid",
-                str(pids["orchestrator"]),
+                str(pids[name]),
                 "--format",
                 "raw",
                 "--output",
-                str(scratch / "orchestrator.folded"),
+                str(scratch / f"{name}.folded"),
                 "--nonblocking",
                 "--rate",
                 "200",
@@ -448,6 +473,9 @@ def run(
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+        for name in profiled
+        if (tool := py_spy())
+    ]
     started = time.perf_counter()
     _answers, stats = bench.call_many(
         bench.submit,
@@ -457,8 +485,9 @@ def run(
     )
     submitted = time.perf_counter()
     finished_at = bench.wait_finished(keys, started)
-    if profiler is not None:
+    for profiler in profilers:
         profiler.send_signal(signal.SIGINT)
+    for profiler in profilers:
         profiler.wait(timeout=60)
     elapsed = finished_at - started
     cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
@@ -499,19 +528,52 @@ def run(
     zero_loss = lost == 0 and doubled == 0 and states.get(COMPLETED, 0) == count
     print(f"throughput_zero_loss={zero_loss}")
     for name, used in sorted(cpu.items()):
-        print(f"cpu_us_per_command_{name}={used / count * 1e6:.0f}")
+        if not name.startswith("bare_"):
+            print(f"cpu_us_per_command_{name}={used / count * 1e6:.0f}")
     print(f"cpu_us_per_command_bench_client={client_cpu / count * 1e6:.0f}")
     print(f"cpu_cores_busy={(sum(cpu.values()) + client_cpu) / elapsed:.2f}")
-    if options.profile:
-        print_profile(scratch / "orchestrator.folded")
+    for name in profiled:
+        print_profile(name, scratch / f"{name}.folded")
     if not zero_loss:
         raise SystemExit(f"loss: {lost} commands without a side effect, {doubled} doubled")
+    ceiling = bare_ceiling(bench, options, targets, pids)
+    print(f"throughput_fraction_of_bare_ceiling={count / elapsed / ceiling:.3f}")
 
 
-def print_profile(folded: Path, top: int = 15) -> None:
-    """Self and inclusive sample shares of the orchestrator's functions (py-spy raw)."""
+def bare_ceiling(
+    bench: Bench, options: argparse.Namespace, targets: list[str], pids: dict[str, int]
+) -> float:
+    """The same commands through bare_pipeline.py's processes: commands/s, CPU per
+    command of each of them (what rclpy and DDS alone cost for the pattern)."""
+    keys = [f"bare-{index}" for index in range(len(targets))]
+    requests = [submit_request(k, r, 0.0) for k, r in zip(keys, targets, strict=True)]
+    bench.call(bench.bare_submit, submit_request("bare-probe", targets[0], 0.0), 60.0, "bare")
+    bench.spin_until(lambda: "bare-probe" in bench.bare_finished, 60.0, "the bare pipeline")
+    bare_pids = {name: pid for name, pid in pids.items() if name.startswith("bare_")}
+    cpu_before = {name: cpu_seconds(pid) for name, pid in bare_pids.items()}
+    client_cpu_before = time.process_time()
+    started = time.perf_counter()
+    bench.call_many(bench.bare_submit, requests, options.window, lambda answer: True)
+    bench.spin_until(
+        lambda: all(key in bench.bare_finished for key in keys),
+        max(120.0, len(keys) / 20),
+        "the bare pipeline's results",
+    )
+    elapsed = max(bench.bare_finished[key] for key in keys) - started
+    client_cpu = time.process_time() - client_cpu_before
+    rate = len(keys) / elapsed
+    print(f"bare_ceiling_commands_per_s={rate:.0f}")
+    for name, pid in sorted(bare_pids.items()):
+        used = cpu_seconds(pid) - cpu_before[name]
+        print(f"bare_ceiling_cpu_us_per_command_{name}={used / len(keys) * 1e6:.0f}")
+    print(f"bare_ceiling_cpu_us_per_command_bench_client={client_cpu / len(keys) * 1e6:.0f}")
+    return rate
+
+
+def print_profile(name: str, folded: Path, top: int = 15) -> None:
+    """Self and inclusive sample shares of one process's functions (py-spy raw)."""
     if not folded.exists():
-        print("profile=unavailable (py-spy not installed or not permitted)")
+        print(f"profile_{name}=unavailable (py-spy not installed or not permitted)")
         return
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
@@ -526,11 +588,11 @@ def print_profile(folded: Path, top: int = 15) -> None:
         own[frames[-1]] += weight
         for frame in set(frames):
             inclusive[frame] += weight
-    print(f"profile_samples={total}")
+    print(f"profile_{name}_samples={total}")
     for frame, weight in own.most_common(top):
-        print(f"profile_self_pct[{frame}]={100 * weight / total:.1f}")
+        print(f"profile_{name}_self_pct[{frame}]={100 * weight / total:.1f}")
     for frame, weight in inclusive.most_common(top + 10):
-        print(f"profile_inclusive_pct[{frame}]={100 * weight / total:.1f}")
+        print(f"profile_{name}_inclusive_pct[{frame}]={100 * weight / total:.1f}")
 
 
 if __name__ == "__main__":
