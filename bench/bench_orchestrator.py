@@ -48,6 +48,7 @@ from fleet_idempotency.msg import FleetEvent
 from fleet_idempotency.orchestrator.core import robot_key
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
+from fleet_idempotency.store import IdempotencyStore, StoreConfig
 
 BIN = Path(sys.prefix) / "bin"
 # Many calls outstanding on one client: the default depth (10) would drop requests.
@@ -138,6 +139,7 @@ class Bench:
         # Progress signal only (a keep-last topic may drop under load); the verdict comes
         # from CheckKey and the world.
         self.finished: dict[str, float] = {}
+        self.dispatched_at: dict[str, float] = {}  # latency keys: the event's wall-clock stamp
         self.finished_by_check = 0
         self.node.create_subscription(FleetEvent, "/fleet/events", self._on_event, 10_000)
         self.bare_submit = self.node.create_client(
@@ -151,6 +153,9 @@ class Bench:
     def _on_event(self, event: FleetEvent) -> None:
         if event.event_type == "result" and event.client_id == CLIENT:
             self.finished.setdefault(event.idempotency_key, time.perf_counter())
+        elif event.event_type == "dispatched" and event.idempotency_key.startswith("lat-"):
+            stamp = event.stamp.sec + event.stamp.nanosec * 1e-9
+            self.dispatched_at[event.idempotency_key] = stamp
 
     def _on_bare_event(self, event: FleetEvent) -> None:
         if event.event_type == "result":
@@ -410,12 +415,15 @@ def run(
         bench.timed_call(bench.echo, submit_request(f"warm-echo-{index}", robot, 0.0))
         bench.timed_call(bench.submit, submit_request(f"warm-lat-{index}", robot, 10.0))
     bare, submit = [], []
+    wall: dict[str, tuple[float, float]] = {}  # latency key: (sent, answered), wall clock
     for index in range(options.latency_commands):
         elapsed, _ = bench.timed_call(bench.echo, submit_request(f"echo-{index}", robot, 0.0))
         bare.append(elapsed)
+        sent = time.time()
         elapsed, answer = bench.timed_call(
             bench.submit, submit_request(f"lat-{index}", robot, 10.0)
         )
+        wall[f"lat-{index}"] = (sent, time.time())
         if answer.state != COMPLETED:
             raise SystemExit(f"lat-{index}: expected COMPLETED, got {answer}")
         submit.append(elapsed)
@@ -432,6 +440,7 @@ def run(
     print(f"submit_vs_bare_p50_ratio={ratio:.2f}")
     print(f"latency_goal_p50_ms={budget * 1e3:.3f}")  # 2x bare + one fsync
     print(f"latency_goal_met={statistics.median(submit) <= budget}")
+    latency_breakdown(bench, wall, scratch, robot)
 
     # Fixed costs, for the "where the time goes" split: CPU of each process while the
     # fleet is up and nothing is submitted (timers, status traffic).
@@ -538,6 +547,43 @@ def run(
         raise SystemExit(f"loss: {lost} commands without a side effect, {doubled} doubled")
     ceiling = bare_ceiling(bench, options, targets, pids)
     print(f"throughput_fraction_of_bare_ceiling={count / elapsed / ceiling:.3f}")
+
+
+def latency_breakdown(
+    bench: Bench, wall: dict[str, tuple[float, float]], scratch: Path, robot_id: str
+) -> None:
+    """Where a lone command's time goes, hop by hop (medians, ms), from wall-clock stamps
+    that all processes of this machine share: the client's send and answer, the
+    orchestrator's claim and finish (its store), the dispatched event, and the robot's
+    claim and finish (its store)."""
+    store_settings = {"recover": False, "readonly": True}
+    with IdempotencyStore.open(
+        StoreConfig(path=scratch / "orchestrator" / "keys"), **store_settings
+    ) as store:
+        ours = {r.key: r for r in store.iter_records(scope=CLIENT) if r.key in wall}
+    with IdempotencyStore.open(
+        StoreConfig(path=scratch / "agents" / "robots" / robot_id), **store_settings
+    ) as store:
+        theirs = {r.key: r for r in store.iter_records()}
+    hops: dict[str, list[float]] = {}
+    for key, (sent, answered) in wall.items():
+        mine, robot = ours.get(key), theirs.get(robot_key(CLIENT, key))
+        dispatched = bench.dispatched_at.get(key)
+        if mine is None or robot is None or dispatched is None:
+            continue
+        stamps = [
+            ("submit_to_orchestrator_claim", sent, mine.created_at),
+            ("claim_to_dispatched_event", mine.created_at, dispatched),
+            ("dispatched_to_robot_claim", dispatched, robot.created_at),
+            ("robot_claim_to_robot_finish", robot.created_at, robot.updated_at),
+            ("robot_finish_to_orchestrator_finish", robot.updated_at, mine.updated_at),
+            ("orchestrator_finish_to_answer", mine.updated_at, answered),
+        ]
+        for name, start, end in stamps:
+            hops.setdefault(name, []).append(end - start)
+    print(f"latency_breakdown_commands={len(next(iter(hops.values()), []))}")
+    for name, samples in hops.items():
+        print(f"latency_breakdown_{name}_p50_ms={statistics.median(samples) * 1e3:.2f}")
 
 
 def bare_ceiling(
