@@ -22,6 +22,7 @@ import argparse
 import contextlib
 
 import rclpy
+from rclpy.client import Client
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -83,11 +84,11 @@ class BareOrchestrator(Node):
 
 
 class BareAgent(Node):
-    def __init__(self, robot_id: str) -> None:
+    def __init__(self, robot_id: str, world: Client) -> None:
         super().__init__(f"bare_agent_{robot_id}", start_parameter_services=False)
         self._robot_id = robot_id
         self._results = self.create_publisher(CommandResult, RESULTS_TOPIC, QOS)
-        self._world = self.create_client(WorldAction, WORLD_SERVICE, qos_profile=QOS)
+        self._world = world
         self.create_subscription(FleetCommand, commands_topic(robot_id), self._on_command, QOS)
 
     def _on_command(self, command: FleetCommand) -> None:
@@ -129,7 +130,10 @@ def main() -> None:
     if options.role == "orchestrator":
         nodes.append(BareOrchestrator(robots))
     elif options.role == "agents":
-        nodes += [BareAgent(robot) for robot in robots]
+        # One world client per process, as the agents of a host share one world link.
+        link = Node("bare_world_link", start_parameter_services=False)
+        world = link.create_client(WorldAction, WORLD_SERVICE, qos_profile=QOS)
+        nodes += [link, *(BareAgent(robot, world) for robot in robots)]
     else:
         world = Node("bare_world", start_parameter_services=False)
         world.create_service(WorldAction, WORLD_SERVICE, _act, qos_profile=QOS)

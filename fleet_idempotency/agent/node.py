@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.context import Context
 from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
 from rclpy.node import Node
 
@@ -53,6 +54,23 @@ class AgentProcessWork:
         self.work = PeriodicWork()
         self.diagnostics: list[StoreDiagnostics] = []
         self.timer: Any = None
+        self._world: RosWorldLink | None = None
+        self._world_users = 0
+
+    def world_link(self, context: Context, name: str, timeout_s: float) -> RosWorldLink:
+        """The process's one link to the world simulator (see sim/world_link_ros.py),
+        opened by its first user (and named after it), closed by ``release_world_link``
+        of its last."""
+        if self._world is None:
+            self._world = RosWorldLink(context, name, timeout_s=timeout_s)
+        self._world_users += 1
+        return self._world
+
+    def release_world_link(self) -> None:
+        self._world_users -= 1
+        if self._world is not None and self._world_users <= 0:
+            self._world.close()
+            self._world = None
 
     def start(self, node: Node) -> None:
         """Create the process's one timer (and its /diagnostics publisher) on ``node``,
@@ -87,7 +105,8 @@ class AgentDriver(Node):
         self.robot_id: str = p["robot_id"]
         self._drop_probability = float(p["result_drop_probability"])
         self._rng = random.Random(p["seed"] or None)
-        self._world = RosWorldLink(self.context, self.robot_id, timeout_s=p["world_timeout_s"])
+        self._process_work = shared
+        self._world = shared.world_link(self.context, self.robot_id, p["world_timeout_s"])
         self._world.wait_until_ready(p["world_timeout_s"])
         backend = make_backend(self, self._world, p)
         self._keyring = self._open_keyring(p["auth_keyring"])
@@ -328,7 +347,7 @@ class AgentDriver(Node):
     def shutdown(self) -> None:
         """Stop executing (the in-flight claim stays durable for recovery), close the store."""
         self.core.stop()
-        self._world.close()
+        self._process_work.release_world_link()
         self.store.close()
 
 

@@ -3,6 +3,11 @@
 It runs its own small node and executor thread, so that a simulated robot can call the
 world synchronously from any thread (the agent's constructor, its executor thread)
 without depending on how the agent node itself is spun.
+
+One link serves every agent of a process (``agent_host``): requests name their robot.
+Every client of a service receives every reply of the service and drops the ones that
+are not its own, so one client per robot made each world reply cost O(fleet) in every
+agent process; one per process keeps it O(processes).
 """
 
 from __future__ import annotations
@@ -26,21 +31,21 @@ class WorldUnavailable(RuntimeError):
 
 
 class RosWorldLink:
-    def __init__(self, context: Context, robot_id: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, context: Context, name: str, timeout_s: float = 10.0) -> None:
+        """``name``: of the link's node, ``world_link_<name>``."""
         self.timeout_s = timeout_s
-        self._node = Node(f"world_link_{robot_id}", context=context, start_parameter_services=False)
+        self._node = Node(f"world_link_{name}", context=context, start_parameter_services=False)
         self._act = self._node.create_client(WorldAction, "/world/act", qos_profile=SERVICE_QOS)
         self._state = self._node.create_client(
             GetWorldState, "/world/state", qos_profile=SERVICE_QOS
         )
         self._executor = SingleThreadedExecutor(context=context)
         self._executor.add_node(self._node)
-        self._thread = threading.Thread(
-            target=self._spin, name=f"world-link-{robot_id}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._spin, name=f"world-link-{name}", daemon=True)
         self._thread.start()
         self._geometry: WorldConfig | None = None
-        self._pose_update: Any = None
+        self._pose_updates: dict[str, Any] = {}  # robot id: its pose update on the way
+        self._ready = False
 
     def _spin(self) -> None:
         try:
@@ -56,12 +61,15 @@ class RosWorldLink:
         """Wait for a real round trip, not just a visible server: right after start-up a
         request can be lost while discovery completes, and a counted action must never be
         the one that gets lost (it could not be re-sent without risking a double count)."""
+        if self._ready:
+            return
         deadline = time.monotonic() + timeout_s
         probe = WorldAction.Request(robot_id="", action="locate")
         while time.monotonic() < deadline:
             if self._act.wait_for_service(timeout_sec=min(1.0, timeout_s)):
                 try:
                     self._call(self._act, probe, timeout_s=1.0)
+                    self._ready = True
                     return
                 except WorldUnavailable:
                     continue
@@ -94,9 +102,10 @@ class RosWorldLink:
     def set_pose(self, robot_id: str, pose: Pose) -> None:
         # Not counted and superseded by the next update: no need to wait for the answer,
         # and while one update is still on its way the next can be skipped.
-        if self._pose_update is not None and not self._pose_update.done():
+        pending = self._pose_updates.get(robot_id)
+        if pending is not None and not pending.done():
             return
-        self._pose_update = self._act.call_async(
+        self._pose_updates[robot_id] = self._act.call_async(
             WorldAction.Request(
                 robot_id=robot_id, action="pose", x=pose.x, y=pose.y, theta=pose.theta
             )
