@@ -10,13 +10,18 @@
   by ``agent_host`` processes), many submits outstanding, with zero loss verified at the
   end: every key is COMPLETED at the orchestrator and the world saw exactly one side
   effect per command;
+- the bare rclpy ceiling: the same commands through bench/bare_pipeline.py (the same
+  messages, hops and process shapes, no logic), and the pipeline's fraction of it;
+- a lone command's latency hop by hop (see ``latency_breakdown``);
+- with ``--scaling``, further phases of growing size: commands/s and CPU per command
+  should stay flat while the stores fill;
 - where the time goes: CPU seconds per command of each process during the throughput
   phase and, with ``--profile [names]``, the hottest functions of the orchestrator or of
   the named processes (py-spy).
 
     .venv/bin/python bench/bench_orchestrator.py [--latency-commands 200]
         [--commands 3000] [--robots 50] [--window 64] [--hosts 2]
-        [--profile [orchestrator,agents_1]]
+        [--profile [orchestrator,agents_1]] [--scaling 1000,10000,100000]
 """
 
 from __future__ import annotations
@@ -305,6 +310,12 @@ def main() -> None:
         "--postgres", action="store_true", help="share a throwaway local PostgreSQL server"
     )
     parser.add_argument("--replicas", type=int, default=1, help="orchestrator replicas")
+    parser.add_argument(
+        "--scaling",
+        type=lambda text: [int(size) for size in text.split(",") if size],
+        default=[],
+        help="after the rest, phases of these sizes in a row (e.g. 1000,10000,100000)",
+    )
     options = parser.parse_args()
     if options.postgres and not options.store_url:
         with LocalPostgres() as database:
@@ -547,6 +558,44 @@ def run(
         raise SystemExit(f"loss: {lost} commands without a side effect, {doubled} doubled")
     ceiling = bare_ceiling(bench, options, targets, pids)
     print(f"throughput_fraction_of_bare_ceiling={count / elapsed / ceiling:.3f}")
+    for size in options.scaling:
+        scaling_phase(bench, options, robots, pids, size)
+
+
+def scaling_phase(
+    bench: Bench, options: argparse.Namespace, robots: list[str], pids: dict[str, int], size: int
+) -> None:
+    """``size`` more commands through the same fleet, whose stores already hold every
+    earlier phase's records: commands/s and CPU per command must stay flat as N grows.
+    The verdict is the world's (exactly one side effect per key); CheckKey per key would
+    take longer than the phase itself at 100k."""
+    keys = [f"s{size}-{index}" for index in range(size)]
+    targets = [robots[index % len(robots)] for index in range(size)]
+    requests = [submit_request(k, r, 0.0) for k, r in zip(keys, targets, strict=True)]
+    fleet = {name: pid for name, pid in pids.items() if not name.startswith(("bare_", "echo"))}
+    cpu_before = {name: cpu_seconds(pid) for name, pid in fleet.items()}
+    started = time.perf_counter()
+    bench.call_many(
+        bench.submit, requests, options.window, lambda answer: answer.status_code in (200, 202)
+    )
+    elapsed = bench.wait_finished(keys, started) - started
+    used = sum(cpu_seconds(pid) - cpu_before[name] for name, pid in fleet.items())
+    effects = bench.world_state()["side_effects"]
+    per_command = [
+        len(effects.get(r, {}).get(robot_key(CLIENT, k), []))
+        for k, r in zip(keys, targets, strict=True)
+    ]
+    print(f"scaling_{size}_commands_per_s={size / elapsed:.0f}")
+    print(f"scaling_{size}_cpu_us_per_command_fleet={used / size * 1e6:.0f}")
+    print(f"scaling_{size}_orchestrator_rss_mb={rss_mb(pids['orchestrator']):.0f}")
+    print(f"scaling_{size}_exactly_once={all(n == 1 for n in per_command)}")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def latency_breakdown(
