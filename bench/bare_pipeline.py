@@ -5,8 +5,9 @@ fleet, with every store, check and state machine removed, each process on rclpy'
 cheapest executor (SingleThreadedExecutor):
 
     client --SubmitCommand--> orchestrator --FleetCommand--> agent host (one node per
-    robot) --WorldAction--> world; agent --CommandResult--> orchestrator; the orchestrator
-    publishes the same three FleetEvents per command (accepted, dispatched, result).
+    robot) --WorldAction--> world; agent --CommandResult--> orchestrator, twice (the
+    202 of the claim, then the result); the orchestrator publishes the same three
+    FleetEvents per command (accepted, dispatched, result). Ten messages per command.
 
 What bench_orchestrator.py measures through it is what rclpy and DDS alone cost for this
 pattern on this machine: the ceiling the real pipeline is compared to.
@@ -80,7 +81,8 @@ class BareOrchestrator(Node):
         return response
 
     def _on_result(self, result: CommandResult) -> None:
-        self._event("result", result.idempotency_key, result.client_id, result.robot_id)
+        if result.state == COMPLETED:
+            self._event("result", result.idempotency_key, result.client_id, result.robot_id)
 
 
 class BareAgent(Node):
@@ -92,22 +94,23 @@ class BareAgent(Node):
         self.create_subscription(FleetCommand, commands_topic(robot_id), self._on_command, QOS)
 
     def _on_command(self, command: FleetCommand) -> None:
+        self._answer(command, state=1, status_code=202)  # claimed: the real agent's ack
         future = self._world.call_async(
             WorldAction.Request(
                 robot_id=self._robot_id, idempotency_key=command.idempotency_key, action="dock"
             )
         )
-        future.add_done_callback(lambda _done: self._answer(command))
+        future.add_done_callback(lambda _done: self._answer(command, COMPLETED, 200))
 
-    def _answer(self, command: FleetCommand) -> None:
+    def _answer(self, command: FleetCommand, state: int, status_code: int) -> None:
         self._results.publish(
             CommandResult(
                 idempotency_key=command.idempotency_key,
                 client_id=command.client_id,
                 robot_id=self._robot_id,
                 command_type=command.command_type,
-                state=COMPLETED,
-                status_code=200,
+                state=state,
+                status_code=status_code,
                 attempt=command.attempt,
             )
         )

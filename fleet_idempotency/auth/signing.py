@@ -87,6 +87,9 @@ class CommandVerifier:
         key = self._keys.get(key_id)
         if key is None:
             return Verdict.UNKNOWN_KEY
-        if not hmac.compare_digest(_tag(key, key_id, delivery), tag.lower()):
+        # Compared as bytes: on str, compare_digest raises TypeError for any non-ASCII
+        # character, and the tag is whatever the sender put there.
+        expected = _tag(key, key_id, delivery).encode()
+        if not hmac.compare_digest(expected, tag.lower().encode("utf-8", "replace")):
             return Verdict.BAD_TAG
         return Verdict.AUTHENTIC

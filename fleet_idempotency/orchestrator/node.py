@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
+from rclpy.event_handler import PublisherEventCallbacks
 from rclpy.node import Node
 
 from fleet_idempotency.auth import CommandSigner, FleetKeyring, KeyringError, WatchedKeyring
@@ -176,14 +176,7 @@ class Orchestrator(Node):
             hold_back=self._hold_back,
         )
         self._dispatch.start()
-        self.create_subscription(
-            CommandResult,
-            "/fleet/results",
-            guard.topic("results", self._on_result),
-            RELIABLE_TOPIC_QOS,
-            callback_group=MutuallyExclusiveCallbackGroup(),
-            event_callbacks=SubscriptionEventCallbacks(use_default_callbacks=False),
-        )
+        self._links.listen_to_results(guard.topic("results", self._on_result))
         timers = MutuallyExclusiveCallbackGroup()
         self.create_timer(
             p["gc_period_s"], guard.timer("gc", self._collect_garbage), callback_group=timers

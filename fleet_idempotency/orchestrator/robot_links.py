@@ -1,4 +1,5 @@
-"""The orchestrator's per-robot endpoints: command publishers, status subscriptions, CheckKey.
+"""The orchestrator's robot-facing endpoints: command publishers, status subscriptions,
+CheckKey clients, and the results subscription.
 
 For 50 robots these are 50 status subscriptions, 50 CheckKey clients and 50 command
 publishers with their QoS event handlers. rclpy rebuilds its wait set from every entity
@@ -23,7 +24,7 @@ from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
-from fleet_idempotency.msg import FleetCommand, RobotStatus
+from fleet_idempotency.msg import CommandResult, FleetCommand, RobotStatus
 from fleet_idempotency.protocol import Delivery
 from fleet_idempotency.ros.convert import delivery_to_msg
 from fleet_idempotency.ros.guard import CallbackGuard
@@ -79,6 +80,18 @@ class RobotLinks:
         self._executor = SingleThreadedExecutor(context=context)
         self._executor.add_node(self._listening)
         threading.Thread(target=self._spin, name="orchestrator-robot-links", daemon=True).start()
+
+    def listen_to_results(self, on_result: Callable[[CommandResult], None]) -> None:
+        """Robots' answers, taken by this thread too: on the main multi-threaded executor
+        each one also paid a hand-off to a pool thread and that executor's per-callback
+        bookkeeping. Subscribed once the caller is ready to handle them."""
+        self._listening.create_subscription(
+            CommandResult,
+            "/fleet/results",
+            on_result,
+            RELIABLE_TOPIC_QOS,
+            event_callbacks=SubscriptionEventCallbacks(use_default_callbacks=False),
+        )
 
     def send(self, delivery: Delivery, stamp: Time) -> None:
         message = delivery_to_msg(delivery, stamp)

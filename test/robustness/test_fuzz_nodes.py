@@ -110,7 +110,10 @@ commands = st.fixed_dictionaries(
         "attempt": uint32,
         "auth_key_id": st.one_of(st.just("k1"), nasty_text),
         "auth_tag": st.one_of(st.just("0" * 64), nasty_text),
-        "fencing_token": uint64,
+        # Half the draws carry no lease (0, never fenced): one early draw near 2**64 raises
+        # the unauthenticated robot's fence above nearly every later random token, which
+        # are then dropped unread, and once no fuzzed command reached its parser at all.
+        "fencing_token": st.one_of(st.just(0), uint64),
     }
 )
 results = st.fixed_dictionaries(
@@ -266,6 +269,12 @@ def test_fuzzed_messages_never_kill_a_node_and_nothing_refused_is_stored(
 
     survive()
     assert_all_alive(fleet)
+    # Every input was handled by design: none reached a callback's last-resort barrier.
+    for name in fleet.children.processes:
+        surprises = [
+            line for line in fleet.children.log(name).splitlines() if ": unexpected " in line
+        ]
+        assert not surprises, f"{name} caught what its logic did not expect: {surprises[:3]}"
     assert adversary.refused, "the sample must include refused submits"
     for key in normal_keys:  # commands signed by the orchestrator ran, once each
         assert fleet.side_effects("amr_1", robot_key("ops", key)) == 1
