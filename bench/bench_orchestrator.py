@@ -558,18 +558,24 @@ def run(
         raise SystemExit(f"loss: {lost} commands without a side effect, {doubled} doubled")
     ceiling = bare_ceiling(bench, options, targets, pids)
     print(f"throughput_fraction_of_bare_ceiling={count / elapsed / ceiling:.3f}")
-    for size in options.scaling:
-        scaling_phase(bench, options, robots, pids, size)
+    for phase, size in enumerate(options.scaling, start=1):
+        scaling_phase(bench, options, robots, pids, phase=phase, size=size)
 
 
 def scaling_phase(
-    bench: Bench, options: argparse.Namespace, robots: list[str], pids: dict[str, int], size: int
+    bench: Bench,
+    options: argparse.Namespace,
+    robots: list[str],
+    pids: dict[str, int],
+    *,
+    phase: int,
+    size: int,
 ) -> None:
     """``size`` more commands through the same fleet, whose stores already hold every
     earlier phase's records: commands/s and CPU per command must stay flat as N grows.
     The verdict is the world's (exactly one side effect per key); CheckKey per key would
     take longer than the phase itself at 100k."""
-    keys = [f"s{size}-{index}" for index in range(size)]
+    keys = [f"s{phase}-{index}" for index in range(size)]
     targets = [robots[index % len(robots)] for index in range(size)]
     requests = [submit_request(k, r, 0.0) for k, r in zip(keys, targets, strict=True)]
     fleet = {name: pid for name, pid in pids.items() if not name.startswith(("bare_", "echo"))}
@@ -579,16 +585,19 @@ def scaling_phase(
         bench.submit, requests, options.window, lambda answer: answer.status_code in (200, 202)
     )
     elapsed = bench.wait_finished(keys, started) - started
-    used = sum(cpu_seconds(pid) - cpu_before[name] for name, pid in fleet.items())
+    used_by = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in fleet.items()}
+    used = sum(used_by.values())
     effects = bench.world_state()["side_effects"]
     per_command = [
         len(effects.get(r, {}).get(robot_key(CLIENT, k), []))
         for k, r in zip(keys, targets, strict=True)
     ]
-    print(f"scaling_{size}_commands_per_s={size / elapsed:.0f}")
-    print(f"scaling_{size}_cpu_us_per_command_fleet={used / size * 1e6:.0f}")
-    print(f"scaling_{size}_orchestrator_rss_mb={rss_mb(pids['orchestrator']):.0f}")
-    print(f"scaling_{size}_exactly_once={all(n == 1 for n in per_command)}")
+    print(f"scaling_{phase}_{size}_commands_per_s={size / elapsed:.0f}")
+    print(f"scaling_{phase}_{size}_cpu_us_per_command_fleet={used / size * 1e6:.0f}")
+    for name, seconds in sorted(used_by.items()):
+        print(f"scaling_{phase}_{size}_cpu_us_per_command_{name}={seconds / size * 1e6:.0f}")
+    print(f"scaling_{phase}_{size}_orchestrator_rss_mb={rss_mb(pids['orchestrator']):.0f}")
+    print(f"scaling_{phase}_{size}_exactly_once={all(n == 1 for n in per_command)}")
 
 
 def rss_mb(pid: int) -> float:
