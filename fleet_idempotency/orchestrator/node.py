@@ -353,6 +353,10 @@ class Orchestrator(Node):
         return bool(self._reorder_probability) and self._rng.random() < self._reorder_probability
 
     def _dispatch_failed(self, error: Exception) -> None:
+        if not self.context.ok():
+            # Shutting down: publishing fails until the loop is stopped; what was not
+            # sent is re-sent from the store by the next start.
+            return
         self.get_logger().error(
             f"dispatch: unexpected {error!r} (kept dispatching)", throttle_duration_sec=5.0
         )

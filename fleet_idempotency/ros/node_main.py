@@ -1,9 +1,10 @@
 """The shared ``main()`` body of this package's node executables.
 
-Shutdown on SIGINT/SIGTERM is the normal way these nodes end: rclpy shuts the context
-down from its signal handler, and the executor then raises ExternalShutdownException, or,
-when the signal lands while a wait set is being built, an RCLError about the invalid
-context. Both are a clean exit; any error while the context is still valid is not.
+Shutdown on SIGINT/SIGTERM is the normal way these nodes end: the context is shut down
+(``stop_signals``, not rclpy's own handler, whose wake-up can come before the shutdown
+and be lost), and the executor then raises ExternalShutdownException, or, when the
+shutdown lands while a wait set is being built, an RCLError about the invalid context.
+Both are a clean exit; any error while the context is still valid is not.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from rclpy.executors import (
     SingleThreadedExecutor,
 )
 from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
 
 from fleet_idempotency.auth import KeyringError
 from fleet_idempotency.bringup.fleet_config import FleetConfigError
 from fleet_idempotency.events import EventLogError
 from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
+from fleet_idempotency.ros.stop_signals import shut_down_on_stop_signals
 from fleet_idempotency.sim.world_link_ros import WorldUnavailable
 from fleet_idempotency.store import StoreError
 
@@ -65,7 +68,8 @@ def run_nodes(
     executor: str = "multi",
     args: list[str] | None = None,
 ) -> None:
-    rclpy.init(args=args)
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    shut_down_on_stop_signals(rclpy.try_shutdown)
     watch_parent()
     nodes: Sequence[Node] = []
     try:

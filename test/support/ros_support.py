@@ -75,7 +75,15 @@ class ChildProcesses:
         process = self.processes[name]
         with suppress(ProcessLookupError):
             process.send_signal(sig)
-        code = process.wait(timeout=DEFAULT_TIMEOUT_S)
+        try:
+            code = process.wait(timeout=DEFAULT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            # Where a node hangs on its way out is what the failure must show.
+            print(f"----- {name} did not exit on {sig.name}: its threads -----")
+            print(thread_stacks(process.pid))
+            process.kill()
+            process.wait()
+            raise
         if sig == signal.SIGKILL:
             clean_dds_shared_memory()
         return code
@@ -102,6 +110,22 @@ def children(tmp_path: Path) -> Iterator[ChildProcesses]:
         for name in managed.processes:
             # Shown by pytest only when the test failed: the children's side of the story.
             print(f"----- {name} -----\n{managed.log(name)[-4000:]}")
+
+
+def thread_stacks(pid: int) -> str:
+    """Every thread's Python and native stack of a live process (py-spy), or why not."""
+    spy = Path(sys.executable).with_name("py-spy")
+    try:
+        dumped = subprocess.run(
+            [str(spy), "dump", "--native", "--pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"(no stacks: {error})"
+    return dumped.stdout + dumped.stderr
 
 
 def describe_processes(text: str) -> str:
