@@ -5,7 +5,7 @@ after, from another thread. An executor that rebuilds its wait set in between fi
 context still valid and waits again, now with nothing left to wake it: a node whose
 executor has no timer and no traffic (the orchestrator's main executor holds only its
 services) then never exits. Measured: 4 of 150 SIGTERMs to a bare service node on a
-loaded machine hung for ever (docs/design.md, "Supervision and shutdown").
+loaded machine hung for ever (docs/design.md, "No input kills a node").
 
 Here the signal only writes a byte to a socket (Python's wake-up fd, written from the C
 signal handler, so it works while the main thread is blocked in a wait); a watcher thread
