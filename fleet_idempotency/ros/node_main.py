@@ -9,7 +9,6 @@ Both are a clean exit; any error while the context is still valid is not.
 
 from __future__ import annotations
 
-import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -82,14 +81,12 @@ def run_nodes(
         for node in nodes:
             spinner.add_node(node)
         spinner.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
+    except ExternalShutdownException:
         pass
     except Exception:
         if rclpy.ok():
             raise
     finally:
-        # A second signal during shutdown must not interrupt closing the stores.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
         arm_shutdown_deadline()
         for node in nodes:
             shutdown = getattr(node, "shutdown", None)

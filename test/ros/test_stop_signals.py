@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from pathlib import Path
 
 import pytest
 from rclpy.context import Context
@@ -26,7 +25,7 @@ from fleet_idempotency.srv import CheckKey
 from support.ros_support import ChildProcesses, wait_for
 
 QUIET_NODE = """
-import json, sys
+import json
 from rclpy.executors import Executor
 from rclpy.node import Node
 from fleet_idempotency.ros.node_main import run_nodes
@@ -57,33 +56,27 @@ run_nodes("quiet", make)
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_a_stop_signal_ends_a_node_whose_executor_has_nothing_else_to_wake_it(
-    stop_signal: signal.Signals, ros_env: dict[str, str], tmp_path: Path
+    stop_signal: signal.Signals, ros_env: dict[str, str], children: ChildProcesses
 ) -> None:
-    children = ChildProcesses(tmp_path)
-    try:
-        for attempt in range(5):
-            name = f"quiet_{attempt}"
-            process = children.spawn(name, [sys.executable, "-c", QUIET_NODE], ros_env)
-            wait_for(lambda n=name: "ready" in children.log(n), what=f"{name} to start")
-            code = children.kill(name, stop_signal)  # fails the test if it does not exit
-            assert code == 0, children.log(name)
-            report = json.loads(
-                next(line for line in children.log(name).splitlines() if "wake" in line)
-            )
-            wakes = report["context_valid_at_wake"]
-            assert wakes, "the shutdown woke the executor"
-            assert not any(wakes), f"woken while the context was still valid: {wakes}"
-            assert process.returncode == 0
-    finally:
-        children.stop_all()
+    for attempt in range(5):
+        name = f"quiet_{attempt}"
+        children.spawn(name, [sys.executable, "-c", QUIET_NODE], ros_env)
+        wait_for(lambda n=name: "ready" in children.log(n), what=f"{name} to start")
+        code = children.kill(name, stop_signal)  # fails the test if it does not exit
+        assert code == 0, children.log(name)
+        report = json.loads(
+            next(line for line in children.log(name).splitlines() if "wake" in line)
+        )
+        wakes = report["context_valid_at_wake"]
+        assert wakes, "the shutdown woke the executor"
+        assert not any(wakes), f"woken while the context was still valid: {wakes}"
 
 
 def test_signals_other_than_stop_signals_leave_a_node_serving(
-    ros_env: dict[str, str], ros_context: Context, tmp_path: Path
+    ros_env: dict[str, str], ros_context: Context, children: ChildProcesses
 ) -> None:
     # A SIGCHLD with a Python handler writes to the same wake-up fd as a SIGTERM does.
     script = "import signal\nsignal.signal(signal.SIGCHLD, lambda *_: None)\n" + QUIET_NODE
-    children = ChildProcesses(tmp_path)
     client_node = Node("asker", context=ros_context)
     executor = SingleThreadedExecutor(context=ros_context)
     executor.add_node(client_node)
@@ -101,4 +94,3 @@ def test_signals_other_than_stop_signals_leave_a_node_serving(
     finally:
         executor.shutdown()
         client_node.destroy_node()
-        children.stop_all()
