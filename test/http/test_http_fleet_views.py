@@ -102,7 +102,14 @@ def test_robots_events_paged_and_streamed_and_metrics(
         assert robots["amr_1"]["online"] and robots["amr_1"]["robot_type"] == "amr"
         assert robots["amr_1"]["capacity"] == 4 and not robots["amr_3"]["online"]
 
-        world = client.get("/v1/world").json()
+        # The live state comes from the world simulator's service, which the server may not
+        # have discovered yet on a loaded machine: until then it answers the map alone.
+        world = wait_for(
+            lambda: (w := client.get("/v1/world").json())["state"] is not None and w,
+            timeout_s=20,
+            what="/v1/world with the simulator's live state",
+            poll_s=0.2,
+        )
         assert world["geometry"]["slots"]["A1"]["kind"] == "pallet"
         assert world["state"]["slots"]["A2"] is None and world["state"]["carried"]
 
