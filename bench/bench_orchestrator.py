@@ -17,7 +17,8 @@
   should stay flat while the stores fill;
 - where the time goes: CPU seconds per command of each process during the throughput
   phase and, with ``--profile [names]``, the hottest functions of the orchestrator or of
-  the named processes (py-spy).
+  the named processes (py-spy) in the throughput phase and in each scaling phase, so that
+  a small phase after a big one can be set against the same small phase before it.
 
     .venv/bin/python bench/bench_orchestrator.py [--latency-commands 200]
         [--commands 3000] [--robots 50] [--window 64] [--hosts 2]
@@ -300,7 +301,7 @@ def main() -> None:
         const="orchestrator",
         default="",
         help="py-spy these processes (comma-separated: orchestrator, agents_1, world, ...) "
-        "in the throughput phase; alone: the orchestrator",
+        "in the throughput and each scaling phase; alone: the orchestrator",
     )
     parser.add_argument("--keep-logs", type=Path, help="copy the children's log here")
     parser.add_argument(
@@ -472,30 +473,7 @@ def run(
     cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     client_cpu_before = time.process_time()
     profiled = [name for name in options.profile.split(",") if name]
-    profilers = [
-        subprocess.Popen(
-            [
-                tool,
-                "record",
-                "--pid",
-                str(pids[name]),
-                "--format",
-                "raw",
-                "--output",
-                str(scratch / f"{name}.folded"),
-                "--nonblocking",
-                "--rate",
-                "200",
-                # Only the thread holding the GIL: Python work, not threads parked in
-                # rcl's wait or in a queue (which py-spy cannot always tell from work).
-                "--gil",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for name in profiled
-        if (tool := py_spy())
-    ]
+    profilers = start_profilers(profiled, pids, scratch, "throughput")
     started = time.perf_counter()
     _answers, stats = bench.call_many(
         bench.submit,
@@ -505,10 +483,7 @@ def run(
     )
     submitted = time.perf_counter()
     finished_at = bench.wait_finished(keys, started)
-    for profiler in profilers:
-        profiler.send_signal(signal.SIGINT)
-    for profiler in profilers:
-        profiler.wait(timeout=60)
+    stop_profilers(profilers)
     elapsed = finished_at - started
     cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
     client_cpu = time.process_time() - client_cpu_before
@@ -553,13 +528,52 @@ def run(
     print(f"cpu_us_per_command_bench_client={client_cpu / count * 1e6:.0f}")
     print(f"cpu_cores_busy={(sum(cpu.values()) + client_cpu) / elapsed:.2f}")
     for name in profiled:
-        print_profile(name, scratch / f"{name}.folded")
+        print_profile(name, scratch / f"{name}.throughput.folded")
     if not zero_loss:
         raise SystemExit(f"loss: {lost} commands without a side effect, {doubled} doubled")
     ceiling = bare_ceiling(bench, options, targets, pids)
     print(f"throughput_fraction_of_bare_ceiling={count / elapsed / ceiling:.3f}")
     for phase, size in enumerate(options.scaling, start=1):
-        scaling_phase(bench, options, robots, pids, phase=phase, size=size)
+        scaling_phase(bench, options, robots, pids, scratch, phase=phase, size=size)
+
+
+def start_profilers(
+    names: list[str], pids: dict[str, int], scratch: Path, phase: str
+) -> list[subprocess.Popen[bytes]]:
+    """py-spy on each named process, writing ``<name>.<phase>.folded`` (raw) in scratch."""
+    tool = py_spy()
+    if tool is None:
+        return []
+    return [
+        subprocess.Popen(
+            [
+                tool,
+                "record",
+                "--pid",
+                str(pids[name]),
+                "--format",
+                "raw",
+                "--output",
+                str(scratch / f"{name}.{phase}.folded"),
+                "--nonblocking",
+                "--rate",
+                "200",
+                # Only the thread holding the GIL: Python work, not threads parked in
+                # rcl's wait or in a queue (which py-spy cannot always tell from work).
+                "--gil",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for name in names
+    ]
+
+
+def stop_profilers(profilers: list[subprocess.Popen[bytes]]) -> None:
+    for profiler in profilers:
+        profiler.send_signal(signal.SIGINT)
+    for profiler in profilers:
+        profiler.wait(timeout=120)
 
 
 def scaling_phase(
@@ -567,6 +581,7 @@ def scaling_phase(
     options: argparse.Namespace,
     robots: list[str],
     pids: dict[str, int],
+    scratch: Path,
     *,
     phase: int,
     size: int,
@@ -579,12 +594,15 @@ def scaling_phase(
     targets = [robots[index % len(robots)] for index in range(size)]
     requests = [submit_request(k, r, 0.0) for k, r in zip(keys, targets, strict=True)]
     fleet = {name: pid for name, pid in pids.items() if not name.startswith(("bare_", "echo"))}
+    profiled = [name for name in options.profile.split(",") if name]
+    profilers = start_profilers(profiled, pids, scratch, f"scaling{phase}")
     cpu_before = {name: cpu_seconds(pid) for name, pid in fleet.items()}
     started = time.perf_counter()
     bench.call_many(
         bench.submit, requests, options.window, lambda answer: answer.status_code in (200, 202)
     )
     elapsed = bench.wait_finished(keys, started) - started
+    stop_profilers(profilers)
     used_by = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in fleet.items()}
     used = sum(used_by.values())
     effects = bench.world_state()["side_effects"]
@@ -598,6 +616,8 @@ def scaling_phase(
         print(f"scaling_{phase}_{size}_cpu_us_per_command_{name}={seconds / size * 1e6:.0f}")
     print(f"scaling_{phase}_{size}_orchestrator_rss_mb={rss_mb(pids['orchestrator']):.0f}")
     print(f"scaling_{phase}_{size}_exactly_once={all(n == 1 for n in per_command)}")
+    for name in profiled:
+        print_profile(f"scaling_{phase}_{name}", scratch / f"{name}.scaling{phase}.folded")
 
 
 def rss_mb(pid: int) -> float:
