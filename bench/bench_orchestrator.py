@@ -614,17 +614,25 @@ def scaling_phase(
     print(f"scaling_{phase}_{size}_cpu_us_per_command_fleet={used / size * 1e6:.0f}")
     for name, seconds in sorted(used_by.items()):
         print(f"scaling_{phase}_{size}_cpu_us_per_command_{name}={seconds / size * 1e6:.0f}")
-    print(f"scaling_{phase}_{size}_orchestrator_rss_mb={rss_mb(pids['orchestrator']):.0f}")
+    for name, pid in sorted(fleet.items()):
+        # Anonymous memory is the Python heap; file-backed is mostly the LMDB maps, whose
+        # touched pages count in RSS as the files grow but are the page cache's to drop.
+        anon, file = rss_mb(pid)
+        print(f"scaling_{phase}_{size}_rss_anon_mb_{name}={anon:.0f}")
+        print(f"scaling_{phase}_{size}_rss_file_mb_{name}={file:.0f}")
     print(f"scaling_{phase}_{size}_exactly_once={all(n == 1 for n in per_command)}")
     for name in profiled:
         print_profile(f"scaling_{phase}_{name}", scratch / f"{name}.scaling{phase}.folded")
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(anonymous, file-backed) resident MB of a process."""
+    kb = {"RssAnon": 0, "RssFile": 0}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+        name, _, value = line.partition(":")
+        if name in kb:
+            kb[name] = int(value.split()[0])
+    return kb["RssAnon"] / 1024, kb["RssFile"] / 1024
 
 
 def latency_breakdown(

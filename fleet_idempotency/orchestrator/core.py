@@ -23,7 +23,7 @@ import re
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +83,8 @@ MAX_WAIT_TIMEOUT_S = 300.0
 # Robots advertise their queue capacity; no real robot queues thousands of commands, and a
 # status claiming so (a bug, or a forged status) would make dispatch flood that robot.
 MAX_ROBOT_CAPACITY = 1024
+# Retry counts kept for duplicate_suppressed events: the most recently retried keys.
+DUPLICATE_COUNTS_KEPT = 10_000
 
 __all__ = ["OrchestratorCore", "OrchestratorSettings", "SubmitAnswer", "SubmitRequest", "robot_key"]
 
@@ -148,7 +150,10 @@ class OrchestratorCore:
         self._robots = lanes
         self._by_client_key: dict[tuple[str, str], PendingCommand] = {}
         self._rejections: dict[tuple[str, str], tuple[int, str]] = {}
-        self._duplicates: Counter[tuple[str, str]] = Counter()
+        # How often each recently retried key came back, for the events' "count". Bounded:
+        # a key retried after thousands of others restarts at 1, which a reader can live
+        # with; a map that grows with every key ever retried is not.
+        self._duplicates: OrderedDict[tuple[str, str], int] = OrderedDict()
         # Replicated: the lease keeper's word on whether a robot is still ours right now
         # (checked at each send: a lease may run out between two keeper steps).
         self.lease_token: Callable[[str], int | None] | None = None
@@ -428,8 +433,11 @@ class OrchestratorCore:
     def _note_duplicate(self, request: SubmitRequest, why: str) -> None:
         self.counters["duplicates_suppressed"] += 1
         with self._lock:
-            self._duplicates[(request.client_id, request.key)] += 1
-            count = self._duplicates[(request.client_id, request.key)]
+            client_key = (request.client_id, request.key)
+            count = self._duplicates.pop(client_key, 0) + 1
+            self._duplicates[client_key] = count  # now the most recent
+            if len(self._duplicates) > DUPLICATE_COUNTS_KEPT:
+                self._duplicates.popitem(last=False)
         # Each duplicate submit is its own fact: a unique discriminator, never deduplicated.
         self._append_for(
             EventType.DUPLICATE_SUPPRESSED,

@@ -21,6 +21,7 @@ from fleet_idempotency.agent.core import AgentCore
 from fleet_idempotency.auth import CommandSigner, CommandVerifier, FleetKeyring
 from fleet_idempotency.bringup.fleet_config import FleetConfig, load_fleet
 from fleet_idempotency.events import EventLogConfig, EventType, LmdbEventLog, replay
+from fleet_idempotency.orchestrator import core as core_module
 from fleet_idempotency.orchestrator.core import (
     MAX_ROBOT_CAPACITY,
     MAX_WAIT_TIMEOUT_S,
@@ -564,3 +565,29 @@ def test_the_offline_checks_of_a_fleet_share_wake_ups() -> None:
     _due, changes = dispatcher.due()
     assert sorted(change.robot_id for change in changes if not change.online) == sorted(lanes)
     assert dispatcher.next_deadline() is None
+
+
+def test_retry_counts_are_kept_for_recent_keys_only(
+    make_fleet: Callable[..., Fleet], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(core_module, "DUPLICATE_COUNTS_KEPT", 2)
+    fleet = make_fleet()
+    for key in ("a", "b", "c"):
+        fleet.submit("wms", key, "amr_1", "move_to_waypoint", {"waypoint": "W1"})
+    fleet.final("wms", "c")
+
+    def retry_counts(key: str) -> list[int]:
+        fleet.submit("wms", key, "amr_1", "move_to_waypoint", {"waypoint": "W1"})
+        fleet.orchestrator.flush_events()
+        return [
+            e.detail["count"]
+            for e in fleet.events.events_for("wms", key)
+            if e.event_type is EventType.DUPLICATE_SUPPRESSED
+        ]
+
+    assert retry_counts("a") == [1]
+    assert retry_counts("a") == [1, 2]
+    assert retry_counts("b") == [1]
+    assert retry_counts("c") == [1]  # three keys retried, two counts kept: "a" is dropped
+    assert retry_counts("b") == [1, 2]  # recent keys keep counting
+    assert retry_counts("a") == [1, 2, 1]  # an old key starts again, memory stays bounded
