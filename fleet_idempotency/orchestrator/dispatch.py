@@ -280,12 +280,17 @@ class Dispatcher:
                 item.command.attempt += 1
         return due, changes
 
-    def _schedule(self, command: PendingCommand, now: float) -> None:
-        base = (
-            self.settings.retry_initial_s
-            if command.backoff_s == 0
-            else min(command.backoff_s * 2, self.settings.retry_max_s)
-        )
+    def _schedule(
+        self, command: PendingCommand, now: float, backoff_s: float | None = None
+    ) -> None:
+        """The command's next re-send: after ``backoff_s``, or the next step of its
+        exponential backoff (a deadline set before is superseded: ``due`` skips it)."""
+        if backoff_s is not None:
+            base = backoff_s
+        elif command.backoff_s == 0:
+            base = self.settings.retry_initial_s
+        else:
+            base = min(command.backoff_s * 2, self.settings.retry_max_s)
         command.backoff_s = base
         jitter = 1 + self.settings.retry_jitter * (2 * self._rng.random() - 1)
         command.next_send_at = now + base * jitter
@@ -380,6 +385,12 @@ class Dispatcher:
                 return ResultEffect.SETTLED, command
             if answer.status_code in (ACCEPTED, CONFLICT):
                 command.acknowledged = True
+                # The robot holds the command durably and works through its queue: a
+                # re-send now could only fetch a final result lost on the way back, so it
+                # waits the longest backoff. Re-sending on the short schedule cost two
+                # re-sends per command under load (robots with 16 queued commands take
+                # seconds to reach the last), each a message, a store read and an answer.
+                self._schedule(command, self._clock(), backoff_s=self.settings.retry_max_s)
                 return ResultEffect.ACKNOWLEDGED, command
             return ResultEffect.UNEXPECTED, command
 

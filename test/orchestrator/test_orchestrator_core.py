@@ -591,3 +591,28 @@ def test_retry_counts_are_kept_for_recent_keys_only(
     assert retry_counts("c") == [1]  # three keys retried, two counts kept: "a" is dropped
     assert retry_counts("b") == [1, 2]  # recent keys keep counting
     assert retry_counts("a") == [1, 2, 1]  # an old key starts again, memory stays bounded
+
+
+def test_an_acknowledged_command_is_re_sent_only_at_the_longest_backoff(
+    make_fleet: Callable[..., Fleet],
+) -> None:
+    # Re-sends start at 1 ms and double up to 1 s. A robot that answered 202 holds the
+    # command durably, so while it executes (for seconds) the orchestrator waits the full
+    # second between re-sends instead of running through 1, 2, 4, ... 512 ms first.
+    fleet = make_fleet(
+        time_scale=0.15,
+        settings=OrchestratorSettings(
+            retry_initial_s=0.001, retry_max_s=1.0, retry_jitter=0.0, offline_after_s=5.0
+        ),
+    )
+    fleet.run_until(lambda: fleet.orchestrator.load()["amr_1"]["online"], "amr_1 online")
+    started = time.monotonic()
+    answer = fleet.submit("wms", "slow", "amr_1", "move_to_waypoint", {"waypoint": "W3"})
+    assert answer.status_code == 202
+    fleet.final("wms", "slow")
+    executed_s = time.monotonic() - started
+    re_sends = fleet.orchestrator.counters["retries"]
+    assert executed_s > 1.0, "the move must outlast the longest backoff to tell the schedules apart"
+    # Before the 202 arrives a re-send may go at 1, 2, 4 ms; then one per second at most.
+    assert re_sends <= 3 + int(executed_s), (re_sends, executed_s)
+    assert fleet.effects("wms", "slow", "amr_1") == 1
