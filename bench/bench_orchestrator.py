@@ -146,6 +146,7 @@ class Bench:
         # from CheckKey and the world.
         self.finished: dict[str, float] = {}
         self.retried = 0
+        self.offline = 0
         self.dispatched_at: dict[str, float] = {}  # latency keys: the event's wall-clock stamp
         self.finished_by_check = 0
         self.node.create_subscription(FleetEvent, "/fleet/events", self._on_event, 10_000)
@@ -162,6 +163,8 @@ class Bench:
             self.finished.setdefault(event.idempotency_key, time.perf_counter())
         elif event.event_type == "retried":
             self.retried += 1  # a re-send: the robot's answer was late or lost
+        elif event.event_type == "robot_offline":
+            self.offline += 1  # not heard for offline_after_s: re-sent in full when back
         elif event.event_type == "dispatched" and event.idempotency_key.startswith("lat-"):
             stamp = event.stamp.sec + event.stamp.nanosec * 1e-9
             self.dispatched_at[event.idempotency_key] = stamp
@@ -600,7 +603,7 @@ def scaling_phase(
     profiled = [name for name in options.profile.split(",") if name]
     profilers = start_profilers(profiled, pids, scratch, f"scaling{phase}")
     cpu_before = {name: cpu_seconds(pid) for name, pid in fleet.items()}
-    retried_before = bench.retried
+    retried_before, offline_before = bench.retried, bench.offline
     started = time.perf_counter()
     bench.call_many(
         bench.submit, requests, options.window, lambda answer: answer.status_code in (200, 202)
@@ -617,6 +620,7 @@ def scaling_phase(
     print(f"scaling_{phase}_{size}_commands_per_s={size / elapsed:.0f}")
     print(f"scaling_{phase}_{size}_cpu_us_per_command_fleet={used / size * 1e6:.0f}")
     print(f"scaling_{phase}_{size}_re_sends={bench.retried - retried_before}")
+    print(f"scaling_{phase}_{size}_robots_gone_offline={bench.offline - offline_before}")
     for name, seconds in sorted(used_by.items()):
         print(f"scaling_{phase}_{size}_cpu_us_per_command_{name}={seconds / size * 1e6:.0f}")
     for name, pid in sorted(fleet.items()):

@@ -82,6 +82,7 @@ class PendingCommand:
     acknowledged: bool = False
     next_send_at: float = 0.0
     backoff_s: float = 0.0
+    sent_at: float = 0.0  # when ``attempt`` went out
 
 
 @dataclass
@@ -100,6 +101,27 @@ class RobotLane:
     # carries the lease's fencing token. A lone orchestrator holds every lane, token 0.
     held: bool = True
     fencing_token: int = 0
+    # How long the robot takes to answer a send (smoothed mean and mean deviation, as
+    # TCP's retransmission timer, RFC 6298): under load it answers late, and a re-send
+    # before then only adds to its backlog.
+    answer_time_s: float | None = None
+    answer_time_deviation_s: float = 0.0
+
+    def first_resend_after(self, settings: OrchestratorSettings) -> float:
+        """When to re-send a command that got no answer: the configured first backoff,
+        or later when this robot's answers take longer (capped at the longest backoff)."""
+        if self.answer_time_s is None:
+            return settings.retry_initial_s
+        expected = self.answer_time_s + 4 * self.answer_time_deviation_s
+        return min(settings.retry_max_s, max(settings.retry_initial_s, expected))
+
+    def note_answer_time(self, sample_s: float) -> None:
+        if self.answer_time_s is None:
+            self.answer_time_s, self.answer_time_deviation_s = sample_s, sample_s / 2
+            return
+        error = abs(self.answer_time_s - sample_s)
+        self.answer_time_deviation_s = 0.75 * self.answer_time_deviation_s + 0.25 * error
+        self.answer_time_s = 0.875 * self.answer_time_s + 0.125 * sample_s
 
     @property
     def waiting(self) -> int:
@@ -196,7 +218,7 @@ class Dispatcher:
                 return False
             command.dispatched = True
             lane.in_flight[command.robot_key] = command
-            self._schedule(command, self._clock())
+            self._schedule(lane, command, self._clock())
             return True
 
     def hold(self, robot_id: str, fencing_token: int) -> None:
@@ -262,7 +284,7 @@ class Dispatcher:
                     ):
                         continue
                     due.append(Due(command, True, lane.fencing_token))
-                    self._schedule(command, now)
+                    self._schedule(lane, command, now)
             dirty, self._dirty = self._dirty, set()
             for robot_id in dirty:
                 lane = self.lanes[robot_id]
@@ -275,20 +297,25 @@ class Dispatcher:
                     command.dispatched = True
                     lane.in_flight[command.robot_key] = command
                     due.append(Due(command, False, lane.fencing_token))
-                    self._schedule(command, now)
+                    self._schedule(lane, command, now)
             for item in due:
                 item.command.attempt += 1
+                item.command.sent_at = now
         return due, changes
 
     def _schedule(
-        self, command: PendingCommand, now: float, backoff_s: float | None = None
+        self,
+        lane: RobotLane,
+        command: PendingCommand,
+        now: float,
+        backoff_s: float | None = None,
     ) -> None:
         """The command's next re-send: after ``backoff_s``, or the next step of its
         exponential backoff (a deadline set before is superseded: ``due`` skips it)."""
         if backoff_s is not None:
             base = backoff_s
         elif command.backoff_s == 0:
-            base = self.settings.retry_initial_s
+            base = lane.first_resend_after(self.settings)
         else:
             base = min(command.backoff_s * 2, self.settings.retry_max_s)
         command.backoff_s = base
@@ -367,6 +394,10 @@ class Dispatcher:
                     self._changes.append(change)
             if command is None or lane is None:
                 return ResultEffect.IGNORED, None
+            if answer.attempt == command.attempt and command.sent_at:
+                # An answer to the latest send (not to an earlier one: Karn's rule).
+                lane.note_answer_time(self._clock() - command.sent_at)
+                command.sent_at = 0.0  # one sample per send
             if answer.state in FINAL_STATES:
                 del lane.in_flight[answer.key]
                 self._dirty.add(lane.robot_id)
@@ -390,7 +421,7 @@ class Dispatcher:
                 # waits the longest backoff. Re-sending on the short schedule cost two
                 # re-sends per command under load (robots with 16 queued commands take
                 # seconds to reach the last), each a message, a store read and an answer.
-                self._schedule(command, self._clock(), backoff_s=self.settings.retry_max_s)
+                self._schedule(lane, command, self._clock(), self.settings.retry_max_s)
                 return ResultEffect.ACKNOWLEDGED, command
             return ResultEffect.UNEXPECTED, command
 

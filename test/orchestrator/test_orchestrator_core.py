@@ -616,3 +616,52 @@ def test_an_acknowledged_command_is_re_sent_only_at_the_longest_backoff(
     # Before the 202 arrives a re-send may go at 1, 2, 4 ms; then one per second at most.
     assert re_sends <= 3 + int(executed_s), (re_sends, executed_s)
     assert fleet.effects("wms", "slow", "amr_1") == 1
+
+
+def test_the_first_re_send_waits_for_as_long_as_the_robot_takes_to_answer() -> None:
+    from fleet_idempotency.orchestrator.dispatch import Dispatcher, PendingCommand, RobotLane
+
+    now = [100.0]
+    lane = RobotLane("amr_1", "amr", 100)
+    dispatcher = Dispatcher(
+        {"amr_1": lane},
+        OrchestratorSettings(retry_initial_s=0.5, retry_max_s=5.0, retry_jitter=0.0),
+        clock=lambda: now[0],
+        rng=random.Random(1),
+    )
+    dispatcher.on_status("amr_1", 0, 100)
+
+    def send(key: str) -> PendingCommand:
+        command = PendingCommand("wms", key, "amr_1", "dock", "{}", "f", f"wms:{key}", claim_id="1")
+        dispatcher.enqueue(command)
+        # Re-sends of earlier, acknowledged commands may fall due too (every 5 s).
+        (due,) = [d for d in dispatcher.due()[0] if d.command is command]
+        assert not due.is_retry
+        return command
+
+    def answer(command: PendingCommand, attempt: int, after_s: float) -> None:
+        now[0] += after_s
+        dispatcher.on_result(
+            Answer(command.robot_key, "wms", "amr_1", "dock", State.ACCEPTED, 202, attempt=attempt)
+        )
+
+    # Nothing measured yet: the configured first backoff.
+    first = send("k-0")
+    assert first.next_send_at == now[0] + 0.5
+    # A loaded robot answers each send 2 s later: re-sending at 0.5 s would only add to
+    # its backlog, so the first re-send moves out to when an answer can be expected.
+    for index in range(1, 20):
+        answer(send(f"k-{index}"), attempt=1, after_s=2.0)
+    late = send("k-late")
+    assert 2.0 <= late.next_send_at - now[0] <= 5.0
+    # An answer to an earlier send of a re-sent command says nothing about this send's
+    # time (Karn's rule), and a quick robot brings the first re-send back down.
+    settled_estimate = lane.answer_time_s
+    now[0] = late.next_send_at
+    (resend,) = [d for d in dispatcher.due()[0] if d.command is late]
+    assert resend.is_retry and late.attempt == 2
+    answer(late, attempt=1, after_s=4.0)
+    assert lane.answer_time_s == settled_estimate
+    for index in range(40):
+        answer(send(f"quick-{index}"), attempt=1, after_s=0.01)
+    assert send("k-quick").next_send_at == now[0] + 0.5
