@@ -67,7 +67,7 @@ class HttpMetrics:
         self.resends = Counter("fleet_resends", "Re-sends of a command to its robot", registry=r)
         self.results = Counter(
             "fleet_results",
-            "Robot results seen (on /fleet/results, alone or batched), by state",
+            "Robot results seen on /fleet/results, by state",
             ["state"],
             registry=r,
         )
