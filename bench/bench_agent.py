@@ -28,7 +28,6 @@ from rclpy.executors import SingleThreadedExecutor
 from fleet_idempotency.bringup.report import percentile
 from fleet_idempotency.msg import CommandResult, FleetCommand
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
-from fleet_idempotency.ros.results_topic import subscribe_to_results
 
 BIN = Path(sys.prefix) / "bin"
 FLEET_FILE = Path(__file__).resolve().parents[1] / "config" / "fleet.yaml"
@@ -57,7 +56,7 @@ class Client:
         self.executor = SingleThreadedExecutor(context=context)
         self.executor.add_node(self.node)
         self.arrived: dict[tuple[str, int], float] = {}
-        subscribe_to_results(self.node, self._on_result, 1024)
+        self.node.create_subscription(CommandResult, "/fleet/results", self._on_result, 1024)
         self.publishers: dict[str, Any] = {}
 
     def _on_result(self, result: CommandResult) -> None:

@@ -50,10 +50,9 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from fleet_idempotency.bringup.postgres import LocalPostgres
 from fleet_idempotency.bringup.report import percentile
-from fleet_idempotency.msg import CommandResultBatch, FleetEvent
+from fleet_idempotency.msg import FleetEvent
 from fleet_idempotency.orchestrator.core import robot_key
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
-from fleet_idempotency.ros.results_topic import RESULT_BATCHES_TOPIC
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 from fleet_idempotency.store import IdempotencyStore, StoreConfig
 
@@ -148,14 +147,9 @@ class Bench:
         self.finished: dict[str, float] = {}
         self.retried = 0
         self.offline = 0
-        self.result_batches = 0
-        self.results_in_batches = 0
         self.dispatched_at: dict[str, float] = {}  # latency keys: the event's wall-clock stamp
         self.finished_by_check = 0
         self.node.create_subscription(FleetEvent, "/fleet/events", self._on_event, 10_000)
-        self.node.create_subscription(
-            CommandResultBatch, RESULT_BATCHES_TOPIC, self._on_result_batch, 10_000
-        )
         self.bare_submit = self.node.create_client(
             SubmitCommand, bare_pipeline.SUBMIT_SERVICE, qos_profile=DEEP
         )
@@ -163,10 +157,6 @@ class Bench:
         self.node.create_subscription(
             FleetEvent, bare_pipeline.EVENTS_TOPIC, self._on_bare_event, bare_pipeline.QOS
         )
-
-    def _on_result_batch(self, batch: CommandResultBatch) -> None:
-        self.result_batches += 1
-        self.results_in_batches += len(batch.results)
 
     def _on_event(self, event: FleetEvent) -> None:
         if event.event_type == "result" and event.client_id == CLIENT:
@@ -614,7 +604,6 @@ def scaling_phase(
     profilers = start_profilers(profiled, pids, scratch, f"scaling{phase}")
     cpu_before = {name: cpu_seconds(pid) for name, pid in fleet.items()}
     retried_before, offline_before = bench.retried, bench.offline
-    batches_before, batched_before = bench.result_batches, bench.results_in_batches
     started = time.perf_counter()
     bench.call_many(
         bench.submit, requests, options.window, lambda answer: answer.status_code in (200, 202)
@@ -632,9 +621,6 @@ def scaling_phase(
     print(f"scaling_{phase}_{size}_cpu_us_per_command_fleet={used / size * 1e6:.0f}")
     print(f"scaling_{phase}_{size}_re_sends={bench.retried - retried_before}")
     print(f"scaling_{phase}_{size}_robots_gone_offline={bench.offline - offline_before}")
-    print(f"scaling_{phase}_{size}_result_batches={bench.result_batches - batches_before}")
-    batched = bench.results_in_batches - batched_before
-    print(f"scaling_{phase}_{size}_results_in_batches={batched}")
     for name, seconds in sorted(used_by.items()):
         print(f"scaling_{phase}_{size}_cpu_us_per_command_{name}={seconds / size * 1e6:.0f}")
     for name, pid in sorted(fleet.items()):

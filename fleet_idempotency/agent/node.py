@@ -7,9 +7,7 @@ Run in the robot's namespace, e.g.::
 
 Topics (relative to the namespace): ``commands`` (FleetCommand, in), ``status``
 (RobotStatus, out); service ``check_key`` (CheckKey); results go to ``/fleet/results``
-(parameter ``results_topic``), or several at once to ``/fleet/result_batches`` when they
-queue up (``result_batches_topic``; see ros/result_sender.py). All logic lives in
-AgentCore; this is the ROS shell.
+(parameter ``results_topic``). All logic lives in AgentCore; this is the ROS shell.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ from fleet_idempotency.agent.periodic import PeriodicWork
 from fleet_idempotency.agent.status_throttle import StatusThrottle
 from fleet_idempotency.auth import CommandVerifier, KeyringError, RobotKeyring, WatchedKeyring
 from fleet_idempotency.commands import COMMAND_TYPES
-from fleet_idempotency.msg import CommandResult, CommandResultBatch, FleetCommand, RobotStatus
+from fleet_idempotency.msg import CommandResult, FleetCommand, RobotStatus
 from fleet_idempotency.protocol import Answer
 from fleet_idempotency.robots.factory import make_backend
 from fleet_idempotency.ros.convert import (
@@ -43,17 +41,14 @@ from fleet_idempotency.ros.convert import (
 from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import run_nodes
 from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
-from fleet_idempotency.ros.result_sender import ResultSender
-from fleet_idempotency.ros.results_topic import RESULT_BATCHES_TOPIC, RESULTS_TOPIC
 from fleet_idempotency.sim.world_link_ros import RosWorldLink
 from fleet_idempotency.srv import CheckKey
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 
 
 class AgentProcessWork:
-    """What the agents of one process share: their periodic jobs, run by one timer, one
-    /diagnostics publisher carrying every agent's status (see agent/periodic.py), and
-    one way out for results, which batches what queues up (ros/result_sender.py)."""
+    """What the agents of one process share: their periodic jobs, run by one timer, and
+    one /diagnostics publisher carrying every agent's status (see agent/periodic.py)."""
 
     def __init__(self) -> None:
         self.work = PeriodicWork()
@@ -61,28 +56,6 @@ class AgentProcessWork:
         self.timer: Any = None
         self._world: RosWorldLink | None = None
         self._world_users = 0
-        self._results: ResultSender[CommandResult] | None = None
-        self.results_publisher: Any = None
-
-    def result_sender(
-        self, node: Node, topic: str, batches_topic: str, events: Any
-    ) -> ResultSender[CommandResult]:
-        """The process's results sender, with its publishers on its first user's node."""
-        if self._results is None:
-            single = node.create_publisher(
-                CommandResult, topic, RELIABLE_TOPIC_QOS, event_callbacks=events
-            )
-            batch = node.create_publisher(
-                CommandResultBatch,
-                batches_topic,
-                RELIABLE_TOPIC_QOS,
-                event_callbacks=events,
-            )
-            self.results_publisher = single
-            self._results = ResultSender(
-                single.publish, lambda items: batch.publish(CommandResultBatch(results=items))
-            )
-        return self._results
 
     def world_link(self, context: Context, name: str, timeout_s: float) -> RosWorldLink:
         """The process's one link to the world simulator (see sim/world_link_ros.py),
@@ -138,8 +111,8 @@ class AgentDriver(Node):
         backend = make_backend(self, self._world, p)
         self._keyring = self._open_keyring(p["auth_keyring"])
         self.store = IdempotencyStore.open(self._store_config(p))
-        self._results = shared.result_sender(
-            self, p["results_topic"], p["result_batches_topic"], events
+        self._results = self.create_publisher(
+            CommandResult, p["results_topic"], RELIABLE_TOPIC_QOS, event_callbacks=events
         )
         # Answers found by crash recovery are held until someone listens: published at
         # start-up they would reach nobody, since discovery takes a moment.
@@ -237,8 +210,7 @@ class AgentDriver(Node):
             "status_min_interval_s": 0.2,
             "transport_dedup": True,
             "world_timeout_s": 30.0,
-            "results_topic": RESULTS_TOPIC,
-            "result_batches_topic": RESULT_BATCHES_TOPIC,
+            "results_topic": "/fleet/results",
             # Fault injection for tests and demos: lose this fraction of outgoing results,
             # as a lossy link would. Seeded for reproducible runs (0: random seed).
             "result_drop_probability": 0.0,
@@ -322,16 +294,16 @@ class AgentDriver(Node):
         ):
             self._recovered.append(answer)
             return
-        self._results.send(answer_to_msg(answer, self.get_clock().now().to_msg()))
+        self._results.publish(answer_to_msg(answer, self.get_clock().now().to_msg()))
 
     def _announce_recovered(self) -> None:
-        listening = self._process_work.results_publisher.get_subscription_count() > 0
+        listening = self._results.get_subscription_count() > 0
         if not listening and self.get_clock().now().nanoseconds < self._announce_deadline:
             return
         pending, self._recovered = self._recovered or [], None
         self._announce_job.cancel()
         for answer in pending:
-            self._results.send(answer_to_msg(answer, self.get_clock().now().to_msg()))
+            self._results.publish(answer_to_msg(answer, self.get_clock().now().to_msg()))
 
     def _on_check_key(
         self, request: CheckKey.Request, response: CheckKey.Response

@@ -40,7 +40,6 @@ from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import STARTUP_ERRORS
 from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
 from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
-from fleet_idempotency.ros.results_topic import subscribe_to_results
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 from fleet_idempotency.store.errors import InvalidRequest
 from fleet_idempotency.store.fingerprint import parse_json
@@ -108,7 +107,12 @@ class HttpApiNode(Node):
         self.create_subscription(
             FleetEvent, "/fleet/events", guard.topic("events", self._on_event), RELIABLE_TOPIC_QOS
         )
-        subscribe_to_results(self, guard.topic("results", self._on_result), RELIABLE_TOPIC_QOS)
+        self.create_subscription(
+            CommandResult,
+            "/fleet/results",
+            guard.topic("results", self._on_result),
+            RELIABLE_TOPIC_QOS,
+        )
         for robot in fleet.robots:
             self.create_subscription(
                 RobotStatus,

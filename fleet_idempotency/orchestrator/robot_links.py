@@ -29,7 +29,6 @@ from fleet_idempotency.protocol import Delivery
 from fleet_idempotency.ros.convert import delivery_to_msg
 from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
-from fleet_idempotency.ros.results_topic import subscribe_to_results
 from fleet_idempotency.srv import CheckKey
 
 
@@ -86,8 +85,9 @@ class RobotLinks:
         """Robots' answers, taken by this thread too: on the main multi-threaded executor
         each one also paid a hand-off to a pool thread and that executor's per-callback
         bookkeeping. Subscribed once the caller is ready to handle them."""
-        subscribe_to_results(
-            self._listening,
+        self._listening.create_subscription(
+            CommandResult,
+            "/fleet/results",
             on_result,
             RELIABLE_TOPIC_QOS,
             event_callbacks=SubscriptionEventCallbacks(use_default_callbacks=False),

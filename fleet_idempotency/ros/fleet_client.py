@@ -20,7 +20,6 @@ from rclpy.executors import MultiThreadedExecutor
 
 from fleet_idempotency.msg import CommandResult, FleetEvent, RobotStatus
 from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
-from fleet_idempotency.ros.results_topic import subscribe_to_results
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 
 FIRST_RESEND_S = 3.0
@@ -85,7 +84,7 @@ class FleetClient:
 
     # --- subscriptions ----------------------------------------------------------------------
     def on_results(self, callback: Callable[[CommandResult], None]) -> None:
-        subscribe_to_results(self.node, callback, RELIABLE_TOPIC_QOS)
+        self.node.create_subscription(CommandResult, "/fleet/results", callback, RELIABLE_TOPIC_QOS)
 
     def on_events(self, callback: Callable[[FleetEvent], None]) -> None:
         self.node.create_subscription(FleetEvent, "/fleet/events", callback, RELIABLE_TOPIC_QOS)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pytest
-
 from support.paths import SUPPORT
 from support.ros_support import ChildProcesses, wait_for
 
@@ -175,23 +173,3 @@ def test_check_key_service_round_trips_between_processes(
     assert response.result_json == '{"pallet": "P-7"}'
     assert response.message == "key k-123 for client wms-1"
     assert (response.created_at.sec, response.expires_at.sec) == (100, 86_500)
-
-
-def test_a_result_batch_holds_at_most_the_promised_64_results(ros_context: Any) -> None:
-    import rclpy
-    from rclpy._rclpy_pybind11 import RCLError
-
-    from fleet_idempotency.msg import CommandResult, CommandResultBatch
-    from fleet_idempotency.ros.result_sender import MAX_RESULTS_PER_BATCH
-
-    assert CommandResultBatch.get_fields_and_field_types() == {
-        "results": f"sequence<fleet_idempotency/CommandResult, {MAX_RESULTS_PER_BATCH}>"
-    }
-    node = rclpy.create_node("batch_bound", context=ros_context)
-    try:
-        publisher = node.create_publisher(CommandResultBatch, "/test/result_batches", 10)
-        publisher.publish(CommandResultBatch(results=[CommandResult()] * 64))
-        with pytest.raises(RCLError):  # the serialiser refuses, as the receiving side does
-            publisher.publish(CommandResultBatch(results=[CommandResult()] * 65))
-    finally:
-        node.destroy_node()

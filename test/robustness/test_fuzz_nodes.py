@@ -147,15 +147,7 @@ statuses = st.fixed_dictionaries(
         "current_key": nasty_text,
     }
 )
-# Several fuzzed results as one CommandResultBatch, as an agent process sends them.
-result_batches = st.fixed_dictionaries(
-    {"kind": st.just("result_batch"), "items": st.lists(results, min_size=1, max_size=8)}
-)
-batches = st.lists(
-    st.one_of(submits, checks, commands, results, result_batches, statuses),
-    min_size=1,
-    max_size=10,
-)
+batches = st.lists(st.one_of(submits, checks, commands, results, statuses), min_size=1, max_size=10)
 
 
 # --- the fleet ----------------------------------------------------------------------------
@@ -163,16 +155,12 @@ class Adversary:
     """Sends batches from the test's own DDS participant and remembers what was refused."""
 
     def __init__(self, fleet: FleetHarness) -> None:
-        from fleet_idempotency.msg import CommandResult, CommandResultBatch, RobotStatus
+        from fleet_idempotency.msg import CommandResult, RobotStatus
         from fleet_idempotency.ros.qos import SERVICE_QOS
-        from fleet_idempotency.ros.results_topic import RESULT_BATCHES_TOPIC, RESULTS_TOPIC
         from fleet_idempotency.srv import CheckKey
 
         self.fleet = fleet
-        self.results = fleet.node.create_publisher(CommandResult, RESULTS_TOPIC, 256)
-        self.result_batches = fleet.node.create_publisher(
-            CommandResultBatch, RESULT_BATCHES_TOPIC, 256
-        )
+        self.results = fleet.node.create_publisher(CommandResult, "/fleet/results", 256)
         self.statuses = {
             robot: fleet.node.create_publisher(RobotStatus, f"/fleet/{robot}/status", 64)
             for robot in ROBOTS
@@ -189,12 +177,7 @@ class Adversary:
         self.command_keys: set[str] = set()
 
     def send(self, batch: list[dict[str, Any]]) -> None:
-        from fleet_idempotency.msg import (
-            CommandResult,
-            CommandResultBatch,
-            FleetCommand,
-            RobotStatus,
-        )
+        from fleet_idempotency.msg import CommandResult, FleetCommand, RobotStatus
         from fleet_idempotency.srv import CheckKey
 
         pending: list[tuple[dict[str, Any], Any]] = []
@@ -214,11 +197,6 @@ class Adversary:
                 self.fleet._publishers[item["topic_robot"]].publish(FleetCommand(**fields))
             elif kind == "result":
                 self.results.publish(CommandResult(**fields))
-            elif kind == "result_batch":
-                items = [{k: v for k, v in i.items() if k != "kind"} for i in item["items"]]
-                self.result_batches.publish(
-                    CommandResultBatch(results=[CommandResult(**i) for i in items])
-                )
             else:
                 self.statuses[item["topic_robot"]].publish(RobotStatus(**fields))
         self.fleet.spin_until(

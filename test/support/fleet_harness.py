@@ -29,7 +29,7 @@ class FleetHarness:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
 
-        from fleet_idempotency.ros.results_topic import subscribe_to_results
+        from fleet_idempotency.msg import CommandResult
 
         self.env = env
         self.children = children
@@ -39,7 +39,7 @@ class FleetHarness:
         self.executor.add_node(self.node)
         self.results: list[Any] = []
         self.statuses: dict[str, Any] = {}
-        subscribe_to_results(self.node, self.results.append, 1000)
+        self.node.create_subscription(CommandResult, "/fleet/results", self.results.append, 1000)
         self._publishers: dict[str, Any] = {}
         self._check_clients: dict[str, Any] = {}
         self._world_state_client: Any = None
