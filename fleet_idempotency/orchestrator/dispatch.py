@@ -43,6 +43,17 @@ class OrchestratorSettings(BaseModel):
     retry_initial_s: float = Field(default=0.5, gt=0)
     retry_max_s: float = Field(default=5.0, gt=0)
     retry_jitter: float = Field(default=0.2, ge=0, le=1)
+    # A command the robot acknowledged (202/409) is re-sent once the robot's status shows
+    # it holds fewer commands than it acknowledged (a final result was lost), else only
+    # after this long: the last resort when its statuses cannot tell (commands from other
+    # senders in its queue).
+    acknowledged_resend_s: float = Field(default=30.0, gt=0)
+    # Sends a robot has not answered yet (not even with 202); further commands wait in
+    # the orchestrator's queue. The robot's answers pace dispatch, as acknowledgements
+    # pace a TCP sender: without it a host of 25 robots got up to 16 commands each at
+    # once, took seconds to answer the last, and each late answer drew re-sends that
+    # deepened its backlog.
+    unanswered_per_robot: int = Field(default=2, ge=1)
     # A robot whose status has not been heard for this long is offline: no dispatch and
     # no retries to it until it is heard again.
     offline_after_s: float = Field(default=3.0, gt=0)
@@ -290,9 +301,14 @@ class Dispatcher:
                 lane = self.lanes[robot_id]
                 if not (lane.online and lane.held):
                     continue
+                unanswered = sum(1 for c in lane.in_flight.values() if not c.acknowledged)
                 while (
-                    lane.queue and len(lane.in_flight) < lane.capacity and lane.paused_until <= now
+                    lane.queue
+                    and len(lane.in_flight) < lane.capacity
+                    and unanswered < self.settings.unanswered_per_robot
+                    and lane.paused_until <= now
                 ):
+                    unanswered += 1
                     command = lane.queue.popleft()
                     command.dispatched = True
                     lane.in_flight[command.robot_key] = command
@@ -375,6 +391,8 @@ class Dispatcher:
                 lane.capacity = capacity
                 self._dirty.add(robot_id)
                 effect = StatusEffect.WAKE
+            if self._pull_in_lost_results(lane, queue_depth):
+                effect = StatusEffect.WAKE
             assert lane.last_heard is not None
             if queue_depth < capacity and lane.paused_until > lane.last_heard:
                 lane.paused_until = min(
@@ -383,6 +401,25 @@ class Dispatcher:
                 self._at(lane.paused_until, _UNPAUSE, robot_id)
                 effect = StatusEffect.WAKE
             return effect
+
+    def _pull_in_lost_results(self, lane: RobotLane, queue_depth: int) -> bool:
+        """A robot that holds fewer commands than it acknowledged to us finished some whose
+        results we have not seen: lost, or still on their way. It runs them in order, so
+        those are the oldest; their re-sends move up to when an answer would be due, which
+        a result on its way beats (the re-send is then skipped)."""
+        acknowledged = [c for c in lane.in_flight.values() if c.acknowledged]
+        surplus = len(acknowledged) - queue_depth
+        if surplus <= 0:
+            return False
+        due_at = self._clock() + lane.first_resend_after(self.settings)
+        pulled_in = False
+        for command in acknowledged[:surplus]:
+            if command.next_send_at > due_at:
+                command.next_send_at = due_at
+                command.acknowledged = False  # the re-send's answer acknowledges it again
+                self._at(due_at, _RETRY, lane.robot_id, command.robot_key)
+                pulled_in = True
+        return pulled_in
 
     def on_result(self, answer: Answer) -> tuple[ResultEffect, PendingCommand | None]:
         with self._lock:
@@ -416,12 +453,14 @@ class Dispatcher:
                 return ResultEffect.SETTLED, command
             if answer.status_code in (ACCEPTED, CONFLICT):
                 command.acknowledged = True
+                self._dirty.add(lane.robot_id)  # room for the next command
                 # The robot holds the command durably and works through its queue: a
-                # re-send now could only fetch a final result lost on the way back, so it
-                # waits the longest backoff. Re-sending on the short schedule cost two
-                # re-sends per command under load (robots with 16 queued commands take
-                # seconds to reach the last), each a message, a store read and an answer.
-                self._schedule(lane, command, self._clock(), self.settings.retry_max_s)
+                # re-send could only fetch a final result lost on the way back, and the
+                # robot's statuses tell when that happened (``_pull_in_lost_results``).
+                # Re-sending on the retry schedule cost two re-sends per command under
+                # load (robots with 16 queued commands take seconds to reach the last),
+                # each a message, a store read and an answer.
+                self._schedule(lane, command, self._clock(), self.settings.acknowledged_resend_s)
                 return ResultEffect.ACKNOWLEDGED, command
             return ResultEffect.UNEXPECTED, command
 

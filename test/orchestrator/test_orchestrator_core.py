@@ -593,12 +593,12 @@ def test_retry_counts_are_kept_for_recent_keys_only(
     assert retry_counts("a") == [1, 2, 1]  # an old key starts again, memory stays bounded
 
 
-def test_an_acknowledged_command_is_re_sent_only_at_the_longest_backoff(
+def test_an_acknowledged_command_is_not_re_sent_while_its_robot_holds_it(
     make_fleet: Callable[..., Fleet],
 ) -> None:
     # Re-sends start at 1 ms and double up to 1 s. A robot that answered 202 holds the
-    # command durably, so while it executes (for seconds) the orchestrator waits the full
-    # second between re-sends instead of running through 1, 2, 4, ... 512 ms first.
+    # command durably, and its statuses say so: while it executes (for seconds) the
+    # orchestrator sends nothing more, instead of 1, 2, 4, ... 512 ms, then every second.
     fleet = make_fleet(
         time_scale=0.15,
         settings=OrchestratorSettings(
@@ -611,11 +611,62 @@ def test_an_acknowledged_command_is_re_sent_only_at_the_longest_backoff(
     assert answer.status_code == 202
     fleet.final("wms", "slow")
     executed_s = time.monotonic() - started
-    re_sends = fleet.orchestrator.counters["retries"]
     assert executed_s > 1.0, "the move must outlast the longest backoff to tell the schedules apart"
-    # Before the 202 arrives a re-send may go at 1, 2, 4 ms; then one per second at most.
-    assert re_sends <= 3 + int(executed_s), (re_sends, executed_s)
+    # Before the 202 arrives a re-send may go at 1, 2, 4 ms; none after it.
+    assert fleet.orchestrator.counters["retries"] <= 3, executed_s
     assert fleet.effects("wms", "slow", "amr_1") == 1
+
+
+def test_a_status_that_shows_a_lost_result_brings_its_re_send_forward() -> None:
+    from fleet_idempotency.orchestrator.dispatch import (
+        Dispatcher,
+        PendingCommand,
+        RobotLane,
+        StatusEffect,
+    )
+
+    now = [100.0]
+    lane = RobotLane("amr_1", "amr", 4)
+    dispatcher = Dispatcher(
+        {"amr_1": lane},
+        OrchestratorSettings(
+            retry_initial_s=0.5,
+            retry_max_s=5.0,
+            retry_jitter=0.0,
+            offline_after_s=60.0,
+            unanswered_per_robot=3,
+        ),
+        clock=lambda: now[0],
+        rng=random.Random(1),
+    )
+    dispatcher.on_status("amr_1", 0, 4)
+    commands = [
+        PendingCommand("wms", f"k-{i}", "amr_1", "dock", "{}", "f", f"wms:k-{i}", claim_id="1")
+        for i in range(3)
+    ]
+    for command in commands:
+        dispatcher.enqueue(command)
+    assert len(dispatcher.due()[0]) == 3
+    for command in commands:
+        dispatcher.on_result(
+            Answer(command.robot_key, "wms", "amr_1", "dock", State.ACCEPTED, 202, attempt=1)
+        )
+    # Acknowledged: nothing is re-sent for the last-resort 30 s while the robot holds them.
+    assert all(c.next_send_at == 100.0 + 30.0 for c in commands)
+    assert dispatcher.on_status("amr_1", 3, 4) is StatusEffect.NOTED
+    # The robot now holds two: it finished the oldest, whose result never came.
+    assert dispatcher.on_status("amr_1", 2, 4) is StatusEffect.WAKE
+    assert commands[0].next_send_at == 100.0 + 0.5 and commands[1].next_send_at == 130.0
+    now[0] = 100.5
+    (resend,) = dispatcher.due()[0]
+    assert resend.command is commands[0] and resend.is_retry
+    # Its result on the way beats the re-send: then nothing is sent.
+    assert dispatcher.on_status("amr_1", 1, 4) is StatusEffect.WAKE  # k-1 finished too
+    dispatcher.on_result(
+        Answer(commands[1].robot_key, "wms", "amr_1", "dock", State.COMPLETED, 200, attempt=1)
+    )
+    now[0] = 101.5
+    assert dispatcher.due()[0] == []
 
 
 def test_the_first_re_send_waits_for_as_long_as_the_robot_takes_to_answer() -> None:
@@ -665,3 +716,35 @@ def test_the_first_re_send_waits_for_as_long_as_the_robot_takes_to_answer() -> N
     for index in range(40):
         answer(send(f"quick-{index}"), attempt=1, after_s=0.01)
     assert send("k-quick").next_send_at == now[0] + 0.5
+
+
+def test_a_robot_gets_new_commands_as_fast_as_it_answers_the_last_ones() -> None:
+    from fleet_idempotency.orchestrator.dispatch import Dispatcher, PendingCommand, RobotLane
+
+    lane = RobotLane("amr_1", "amr", 16)
+    dispatcher = Dispatcher(
+        {"amr_1": lane},
+        OrchestratorSettings(unanswered_per_robot=2, offline_after_s=60.0),
+        clock=lambda: 100.0,
+        rng=random.Random(1),
+    )
+    dispatcher.on_status("amr_1", 0, 16)
+    commands = [
+        PendingCommand("wms", f"k-{i}", "amr_1", "dock", "{}", "f", f"wms:k-{i}", claim_id="1")
+        for i in range(5)
+    ]
+    for command in commands:
+        dispatcher.enqueue(command)
+    # Room for 16, but only two go out before the robot answers anything.
+    assert [d.command.key for d in dispatcher.due()[0]] == ["k-0", "k-1"]
+    assert dispatcher.due()[0] == []
+    dispatcher.on_result(
+        Answer(commands[0].robot_key, "wms", "amr_1", "dock", State.ACCEPTED, 202, attempt=1)
+    )
+    assert [d.command.key for d in dispatcher.due()[0]] == ["k-2"]
+    dispatcher.on_result(
+        Answer(commands[1].robot_key, "wms", "amr_1", "dock", State.COMPLETED, 200, attempt=1)
+    )
+    assert [d.command.key for d in dispatcher.due()[0]] == ["k-3"]
+    # Answered commands still count against the robot's capacity, not against the window.
+    assert len(lane.in_flight) == 3
