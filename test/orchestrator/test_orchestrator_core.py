@@ -30,6 +30,12 @@ from fleet_idempotency.orchestrator.core import (
     SubmitRequest,
     robot_key,
 )
+from fleet_idempotency.orchestrator.dispatch import (
+    Dispatcher,
+    PendingCommand,
+    RobotLane,
+    StatusEffect,
+)
 from fleet_idempotency.protocol import Answer
 from fleet_idempotency.robots.simulated import SimulatedRobot
 from fleet_idempotency.sim.world import World
@@ -545,7 +551,6 @@ def test_only_a_status_that_changes_something_wakes_dispatch(
 
 
 def test_the_offline_checks_of_a_fleet_share_wake_ups() -> None:
-    from fleet_idempotency.orchestrator.dispatch import Dispatcher, RobotLane
 
     now = [10.0]
     lanes = {f"amr_{i}": RobotLane(f"amr_{i}", "amr", 4) for i in range(1, 6)}
@@ -617,18 +622,29 @@ def test_an_acknowledged_command_is_not_re_sent_while_its_robot_holds_it(
     assert fleet.effects("wms", "slow", "amr_1") == 1
 
 
-def test_a_status_that_shows_a_lost_result_brings_its_re_send_forward() -> None:
-    from fleet_idempotency.orchestrator.dispatch import (
-        Dispatcher,
-        PendingCommand,
-        RobotLane,
-        StatusEffect,
-    )
+def one_robot_dispatcher(
+    settings: OrchestratorSettings, capacity: int, clock: Callable[[], float] = lambda: 100.0
+) -> tuple[Dispatcher, RobotLane]:
+    """A dispatcher for amr_1 alone, online with ``capacity``, on a test clock."""
+    lane = RobotLane("amr_1", "amr", capacity)
+    dispatcher = Dispatcher({"amr_1": lane}, settings, clock=clock, rng=random.Random(1))
+    dispatcher.on_status("amr_1", 0, capacity)
+    return dispatcher, lane
 
+
+def dock_command(key: str) -> PendingCommand:
+    return PendingCommand("wms", key, "amr_1", "dock", "{}", "f", f"wms:{key}", claim_id="1")
+
+
+def robot_answer(command: PendingCommand, code: int, attempt: int = 1) -> Answer:
+    """amr_1's answer to ``attempt`` of ``command``: 202 accepted or 200 completed."""
+    state = State.ACCEPTED if code == 202 else State.COMPLETED
+    return Answer(command.robot_key, "wms", "amr_1", "dock", state, code, attempt=attempt)
+
+
+def test_a_status_that_shows_a_lost_result_brings_its_re_send_forward() -> None:
     now = [100.0]
-    lane = RobotLane("amr_1", "amr", 4)
-    dispatcher = Dispatcher(
-        {"amr_1": lane},
+    dispatcher, _lane = one_robot_dispatcher(
         OrchestratorSettings(
             retry_initial_s=0.5,
             retry_max_s=5.0,
@@ -636,21 +652,15 @@ def test_a_status_that_shows_a_lost_result_brings_its_re_send_forward() -> None:
             offline_after_s=60.0,
             unanswered_per_robot=3,
         ),
+        capacity=4,
         clock=lambda: now[0],
-        rng=random.Random(1),
     )
-    dispatcher.on_status("amr_1", 0, 4)
-    commands = [
-        PendingCommand("wms", f"k-{i}", "amr_1", "dock", "{}", "f", f"wms:k-{i}", claim_id="1")
-        for i in range(3)
-    ]
+    commands = [dock_command(f"k-{i}") for i in range(3)]
     for command in commands:
         dispatcher.enqueue(command)
     assert len(dispatcher.due()[0]) == 3
     for command in commands:
-        dispatcher.on_result(
-            Answer(command.robot_key, "wms", "amr_1", "dock", State.ACCEPTED, 202, attempt=1)
-        )
+        dispatcher.on_result(robot_answer(command, 202))
     # Acknowledged: nothing is re-sent for the last-resort 30 s while the robot holds them.
     assert all(c.next_send_at == 100.0 + 30.0 for c in commands)
     assert dispatcher.on_status("amr_1", 3, 4) is StatusEffect.NOTED
@@ -662,28 +672,21 @@ def test_a_status_that_shows_a_lost_result_brings_its_re_send_forward() -> None:
     assert resend.command is commands[0] and resend.is_retry
     # Its result on the way beats the re-send: then nothing is sent.
     assert dispatcher.on_status("amr_1", 1, 4) is StatusEffect.WAKE  # k-1 finished too
-    dispatcher.on_result(
-        Answer(commands[1].robot_key, "wms", "amr_1", "dock", State.COMPLETED, 200, attempt=1)
-    )
+    dispatcher.on_result(robot_answer(commands[1], 200))
     now[0] = 101.5
     assert dispatcher.due()[0] == []
 
 
 def test_the_first_re_send_waits_for_as_long_as_the_robot_takes_to_answer() -> None:
-    from fleet_idempotency.orchestrator.dispatch import Dispatcher, PendingCommand, RobotLane
-
     now = [100.0]
-    lane = RobotLane("amr_1", "amr", 100)
-    dispatcher = Dispatcher(
-        {"amr_1": lane},
+    dispatcher, lane = one_robot_dispatcher(
         OrchestratorSettings(retry_initial_s=0.5, retry_max_s=5.0, retry_jitter=0.0),
+        capacity=100,
         clock=lambda: now[0],
-        rng=random.Random(1),
     )
-    dispatcher.on_status("amr_1", 0, 100)
 
     def send(key: str) -> PendingCommand:
-        command = PendingCommand("wms", key, "amr_1", "dock", "{}", "f", f"wms:{key}", claim_id="1")
+        command = dock_command(key)
         dispatcher.enqueue(command)
         # Re-sends of earlier, acknowledged commands may fall due too (every 5 s).
         (due,) = [d for d in dispatcher.due()[0] if d.command is command]
@@ -692,9 +695,7 @@ def test_the_first_re_send_waits_for_as_long_as_the_robot_takes_to_answer() -> N
 
     def answer(command: PendingCommand, attempt: int, after_s: float) -> None:
         now[0] += after_s
-        dispatcher.on_result(
-            Answer(command.robot_key, "wms", "amr_1", "dock", State.ACCEPTED, 202, attempt=attempt)
-        )
+        dispatcher.on_result(robot_answer(command, 202, attempt))
 
     # Nothing measured yet: the configured first backoff.
     first = send("k-0")
@@ -719,32 +720,18 @@ def test_the_first_re_send_waits_for_as_long_as_the_robot_takes_to_answer() -> N
 
 
 def test_a_robot_gets_new_commands_as_fast_as_it_answers_the_last_ones() -> None:
-    from fleet_idempotency.orchestrator.dispatch import Dispatcher, PendingCommand, RobotLane
-
-    lane = RobotLane("amr_1", "amr", 16)
-    dispatcher = Dispatcher(
-        {"amr_1": lane},
-        OrchestratorSettings(unanswered_per_robot=2, offline_after_s=60.0),
-        clock=lambda: 100.0,
-        rng=random.Random(1),
+    dispatcher, lane = one_robot_dispatcher(
+        OrchestratorSettings(unanswered_per_robot=2, offline_after_s=60.0), capacity=16
     )
-    dispatcher.on_status("amr_1", 0, 16)
-    commands = [
-        PendingCommand("wms", f"k-{i}", "amr_1", "dock", "{}", "f", f"wms:k-{i}", claim_id="1")
-        for i in range(5)
-    ]
+    commands = [dock_command(f"k-{i}") for i in range(5)]
     for command in commands:
         dispatcher.enqueue(command)
     # Room for 16, but only two go out before the robot answers anything.
     assert [d.command.key for d in dispatcher.due()[0]] == ["k-0", "k-1"]
     assert dispatcher.due()[0] == []
-    dispatcher.on_result(
-        Answer(commands[0].robot_key, "wms", "amr_1", "dock", State.ACCEPTED, 202, attempt=1)
-    )
+    dispatcher.on_result(robot_answer(commands[0], 202))
     assert [d.command.key for d in dispatcher.due()[0]] == ["k-2"]
-    dispatcher.on_result(
-        Answer(commands[1].robot_key, "wms", "amr_1", "dock", State.COMPLETED, 200, attempt=1)
-    )
+    dispatcher.on_result(robot_answer(commands[1], 200))
     assert [d.command.key for d in dispatcher.due()[0]] == ["k-3"]
     # Answered commands still count against the robot's capacity, not against the window.
     assert len(lane.in_flight) == 3
