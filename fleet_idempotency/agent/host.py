@@ -23,6 +23,7 @@ from fleet_idempotency.agent.node import AgentDriver, AgentProcessWork
 from fleet_idempotency.bringup.fleet_config import FleetConfig, RobotSpec, load_fleet
 from fleet_idempotency.bringup.plan import agent_node
 from fleet_idempotency.ros.node_main import run_nodes
+from fleet_idempotency.ros.qos import drop_default_event_handlers
 
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -78,6 +79,7 @@ def hosted_agents(
         )
     if agents:
         shared.start(agents[0])
+        drop_default_event_handlers(agents[0])  # those of the /diagnostics publisher
     return agents
 
 

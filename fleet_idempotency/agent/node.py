@@ -40,7 +40,11 @@ from fleet_idempotency.ros.convert import (
 )
 from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import run_nodes
-from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
+from fleet_idempotency.ros.qos import (
+    RELIABLE_TOPIC_QOS,
+    SERVICE_QOS,
+    drop_default_event_handlers,
+)
 from fleet_idempotency.sim.world_link_ros import RosWorldLink
 from fleet_idempotency.srv import CheckKey
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
@@ -181,6 +185,8 @@ class AgentDriver(Node):
         self._announce_deadline = self.get_clock().now().nanoseconds + 30 * 10**9
         if own_work:
             shared.start(self)
+        if not qos_event_handlers:
+            drop_default_event_handlers(self)
         self.get_logger().info(
             f"{p['robot_type']} {self.robot_id} ready: store {self.store.config.path}, "
             f"capacity {p['capacity']}, recovered {len(self.store.last_recovery.resumed)} "

@@ -5,9 +5,10 @@ For 50 robots these are 50 status subscriptions, 50 CheckKey clients and 50 comm
 publishers with their QoS event handlers. rclpy rebuilds its wait set from every entity
 of its nodes on each wake-up, in Python: on the orchestrator's main executor they made
 every submit, result and tick wake-up cost O(fleet). So they live on side nodes:
-subscriptions and clients on one with its own single-threaded executor (statuses are
-handled in arrival order), publishers on one that is never spun (publishing needs no
-executor, and from any thread is safe).
+subscriptions on one with its own single-threaded executor (statuses are handled in
+arrival order), the CheckKey clients on another (used only to reconcile, they would
+otherwise double what every status and result wake-up walks), publishers on one that is
+never spun (publishing needs no executor, and from any thread is safe).
 """
 
 from __future__ import annotations
@@ -28,7 +29,11 @@ from fleet_idempotency.msg import CommandResult, FleetCommand, RobotStatus
 from fleet_idempotency.protocol import Delivery
 from fleet_idempotency.ros.convert import delivery_to_msg
 from fleet_idempotency.ros.guard import CallbackGuard
-from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
+from fleet_idempotency.ros.qos import (
+    RELIABLE_TOPIC_QOS,
+    SERVICE_QOS,
+    drop_default_event_handlers,
+)
 from fleet_idempotency.srv import CheckKey
 
 
@@ -51,8 +56,13 @@ class RobotLinks:
         self._listening = Node(
             "orchestrator_robot_links", context=context, start_parameter_services=False
         )
+        drop_default_event_handlers(self._listening)
+        self._checking = Node(
+            "orchestrator_robot_checks", context=context, start_parameter_services=False
+        )
+        drop_default_event_handlers(self._checking)
         self.checks = {
-            robot_id: self._listening.create_client(
+            robot_id: self._checking.create_client(
                 CheckKey, f"/fleet/{robot_id}/check_key", qos_profile=SERVICE_QOS
             )
             for robot_id in robot_ids
@@ -77,9 +87,15 @@ class RobotLinks:
             )
             for robot_id in robot_ids
         }
-        self._executor = SingleThreadedExecutor(context=context)
-        self._executor.add_node(self._listening)
-        threading.Thread(target=self._spin, name="orchestrator-robot-links", daemon=True).start()
+        self._executors: list[SingleThreadedExecutor] = []
+        for node, thread_name in (
+            (self._listening, "orchestrator-robot-links"),
+            (self._checking, "orchestrator-robot-checks"),
+        ):
+            executor = SingleThreadedExecutor(context=context)
+            executor.add_node(node)
+            self._executors.append(executor)
+            threading.Thread(target=_spin, args=(executor,), name=thread_name, daemon=True).start()
 
     def listen_to_results(self, on_result: Callable[[CommandResult], None]) -> None:
         """Robots' answers, taken by this thread too: on the main multi-threaded executor
@@ -101,16 +117,18 @@ class RobotLinks:
             publisher.publish(message)  # fault injection: the same delivery twice
             self._counters["injected_duplicate_deliveries"] += 1
 
-    def _spin(self) -> None:
-        try:
-            self._executor.spin()
-        except Exception:  # the context was shut down under us: nothing left to serve
-            return
-
     def close(self) -> None:
-        self._executor.shutdown(timeout_sec=1.0)
-        self._listening.destroy_node()
-        self._publishing.destroy_node()
+        for executor in self._executors:
+            executor.shutdown(timeout_sec=1.0)
+        for node in (self._listening, self._checking, self._publishing):
+            node.destroy_node()
+
+
+def _spin(executor: SingleThreadedExecutor) -> None:
+    try:
+        executor.spin()
+    except Exception:  # the context was shut down under us: nothing left to serve
+        return
 
 
 def _heard_on(

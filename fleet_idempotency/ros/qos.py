@@ -8,7 +8,11 @@ history keeps every request and reply of a burst.
 
 from __future__ import annotations
 
+from rclpy.event_handler import EventHandler
+from rclpy.node import Node
+from rclpy.publisher import Publisher
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.subscription import Subscription
 
 SERVICE_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST,
@@ -19,3 +23,26 @@ SERVICE_QOS = QoSProfile(
 # Commands and results: every message matters and bursts happen (a retry wave after a
 # robot returns), so the same depth.
 RELIABLE_TOPIC_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def drop_default_event_handlers(node: Node) -> int:
+    """Destroy the QoS event handlers of ``node``'s publishers and subscriptions, taking
+    them out of its wait set; return how many there were.
+
+    rclpy gives every node's /parameter_events publisher default handlers, which only log
+    an incompatible peer. The Python executors walk each node's waitables on every
+    wake-up (with a list-membership test per waitable, so quadratic in their number): for
+    a host of 25 agents those 50 handlers cost more than the agents' own subscriptions.
+    Their owners forget them too, so destroying a publisher later does not look for them.
+    """
+    dropped = 0
+    entities: list[Publisher | Subscription] = [*node.publishers, *node.subscriptions]
+    for entity in entities:
+        # rclpy annotates event_handlers as one EventHandler; it is a list of them.
+        handlers: list[EventHandler] = list(entity.event_handlers)  # type: ignore[call-overload]
+        entity.event_handlers = []  # type: ignore[assignment]
+        for handler in handlers:
+            node.remove_waitable(handler)
+            handler.destroy()
+        dropped += len(handlers)
+    return dropped

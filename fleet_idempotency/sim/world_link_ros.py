@@ -21,7 +21,7 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
-from fleet_idempotency.ros.qos import SERVICE_QOS
+from fleet_idempotency.ros.qos import SERVICE_QOS, drop_default_event_handlers
 from fleet_idempotency.sim.world import Pose, WorldActionFailed, WorldActionName, WorldConfig
 from fleet_idempotency.srv import GetWorldState, WorldAction
 
@@ -35,6 +35,7 @@ class RosWorldLink:
         """``name``: of the link's node, ``world_link_<name>``."""
         self.timeout_s = timeout_s
         self._node = Node(f"world_link_{name}", context=context, start_parameter_services=False)
+        drop_default_event_handlers(self._node)
         self._act = self._node.create_client(WorldAction, "/world/act", qos_profile=SERVICE_QOS)
         self._state = self._node.create_client(
             GetWorldState, "/world/state", qos_profile=SERVICE_QOS

@@ -57,10 +57,12 @@ def test_one_process_hosts_independent_agents(
 
 
 def test_hosted_agents_share_one_timer_and_each_still_heartbeats(fleet: FleetHarness) -> None:
-    """One periodic timer for the process, not one per agent and job (idle CPU), and every
-    agent still sends the heartbeat the orchestrator's offline detection relies on, and
-    its store status on /diagnostics."""
+    """One periodic timer for the process, not one per agent and job (idle CPU), no QoS
+    event handler in the executor's wait set (walked on every wake-up), and every agent
+    still sends the heartbeat the orchestrator's offline detection relies on, and its
+    store status on /diagnostics."""
     from diagnostic_msgs.msg import DiagnosticArray
+    from rclpy.event_handler import EventHandler
 
     from fleet_idempotency.agent.host import hosted_agents
     from fleet_idempotency.bringup.fleet_config import load_fleet
@@ -85,6 +87,7 @@ def test_hosted_agents_share_one_timer_and_each_still_heartbeats(fleet: FleetHar
     )
     try:
         assert sum(len(list(agent.timers)) for agent in agents) == 1
+        assert not [w for a in agents for w in a.waitables if isinstance(w, EventHandler)]
         for agent in agents:
             fleet.executor.add_node(agent)
         fleet.spin_until(
