@@ -7,7 +7,9 @@ cheapest executor (SingleThreadedExecutor):
     client --SubmitCommand--> orchestrator --FleetCommand--> agent host (one node per
     robot) --WorldAction--> world; agent --CommandResult--> orchestrator, twice (the
     202 of the claim, then the result); the orchestrator publishes the same three
-    FleetEvents per command (accepted, dispatched, result). Ten messages per command.
+    FleetEvents per command (accepted, dispatched, result) in FleetEventBatches, one per
+    callback, as its log's commits would be if nothing else were in flight: accepted and
+    dispatched together, then result. Nine messages per command.
 
 What bench_orchestrator.py measures through it is what rclpy and DDS alone cost for this
 pattern on this machine: the ceiling the real pipeline is compared to.
@@ -28,7 +30,7 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
-from fleet_idempotency.msg import CommandResult, FleetCommand, FleetEvent
+from fleet_idempotency.msg import CommandResult, FleetCommand, FleetEvent, FleetEventBatch
 from fleet_idempotency.srv import SubmitCommand, WorldAction
 
 ROOT = "/bench/bare"
@@ -47,7 +49,7 @@ def commands_topic(robot_id: str) -> str:
 class BareOrchestrator(Node):
     def __init__(self, robots: list[str]) -> None:
         super().__init__("bare_orchestrator", start_parameter_services=False)
-        self._events = self.create_publisher(FleetEvent, EVENTS_TOPIC, QOS)
+        self._events = self.create_publisher(FleetEventBatch, EVENTS_TOPIC, QOS)
         self._commands = {
             robot: self.create_publisher(FleetCommand, commands_topic(robot), QOS)
             for robot in robots
@@ -55,16 +57,22 @@ class BareOrchestrator(Node):
         self.create_service(SubmitCommand, SUBMIT_SERVICE, self._on_submit, qos_profile=QOS)
         self.create_subscription(CommandResult, RESULTS_TOPIC, self._on_result, QOS)
 
-    def _event(self, kind: str, key: str, client_id: str, robot_id: str) -> None:
+    def _events_of(self, kinds: list[str], key: str, client_id: str, robot_id: str) -> None:
         self._events.publish(
-            FleetEvent(event_type=kind, idempotency_key=key, client_id=client_id, robot_id=robot_id)
+            FleetEventBatch(
+                events=[
+                    FleetEvent(
+                        event_type=kind, idempotency_key=key, client_id=client_id, robot_id=robot_id
+                    )
+                    for kind in kinds
+                ]
+            )
         )
 
     def _on_submit(
         self, request: SubmitCommand.Request, response: SubmitCommand.Response
     ) -> SubmitCommand.Response:
         key, client, robot = request.idempotency_key, request.client_id, request.robot_id
-        self._event("accepted", key, client, robot)
         self._commands[robot].publish(
             FleetCommand(
                 idempotency_key=key,
@@ -75,14 +83,14 @@ class BareOrchestrator(Node):
                 attempt=1,
             )
         )
-        self._event("dispatched", key, client, robot)
+        self._events_of(["accepted", "dispatched"], key, client, robot)
         response.state = 1
         response.status_code = 202
         return response
 
     def _on_result(self, result: CommandResult) -> None:
         if result.state == COMPLETED:
-            self._event("result", result.idempotency_key, result.client_id, result.robot_id)
+            self._events_of(["result"], result.idempotency_key, result.client_id, result.robot_id)
 
 
 class BareAgent(Node):

@@ -50,7 +50,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from fleet_idempotency.bringup.postgres import LocalPostgres
 from fleet_idempotency.bringup.report import percentile
-from fleet_idempotency.msg import FleetEvent
+from fleet_idempotency.msg import FleetEvent, FleetEventBatch
 from fleet_idempotency.orchestrator.core import robot_key
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
@@ -149,14 +149,20 @@ class Bench:
         self.offline = 0
         self.dispatched_at: dict[str, float] = {}  # latency keys: the event's wall-clock stamp
         self.finished_by_check = 0
-        self.node.create_subscription(FleetEvent, "/fleet/events", self._on_event, 10_000)
+        self.node.create_subscription(
+            FleetEventBatch, "/fleet/event_batches", self._on_event_batch, 10_000
+        )
         self.bare_submit = self.node.create_client(
             SubmitCommand, bare_pipeline.SUBMIT_SERVICE, qos_profile=DEEP
         )
         self.bare_finished: dict[str, float] = {}
         self.node.create_subscription(
-            FleetEvent, bare_pipeline.EVENTS_TOPIC, self._on_bare_event, bare_pipeline.QOS
+            FleetEventBatch, bare_pipeline.EVENTS_TOPIC, self._on_bare_events, bare_pipeline.QOS
         )
+
+    def _on_event_batch(self, batch: FleetEventBatch) -> None:
+        for event in batch.events:
+            self._on_event(event)
 
     def _on_event(self, event: FleetEvent) -> None:
         if event.event_type == "result" and event.client_id == CLIENT:
@@ -169,9 +175,10 @@ class Bench:
             stamp = event.stamp.sec + event.stamp.nanosec * 1e-9
             self.dispatched_at[event.idempotency_key] = stamp
 
-    def _on_bare_event(self, event: FleetEvent) -> None:
-        if event.event_type == "result":
-            self.bare_finished.setdefault(event.idempotency_key, time.perf_counter())
+    def _on_bare_events(self, batch: FleetEventBatch) -> None:
+        for event in batch.events:
+            if event.event_type == "result":
+                self.bare_finished.setdefault(event.idempotency_key, time.perf_counter())
 
     def spin_until(self, condition: Callable[[], bool], timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s

@@ -2,7 +2,7 @@
 
 Calls ``/fleet/submit_command`` (SubmitCommand) and ``/fleet/check_key`` (CheckKey) of
 the orchestrator, ``/world/state`` (GetWorldState) of the simulator; follows
-``/fleet/events``, ``/fleet/results``, ``/fleet/<robot>/status`` and ``/diagnostics``.
+``/fleet/event_batches``, ``/fleet/results``, ``/fleet/<robot>/status`` and ``/diagnostics``.
 Depends on nothing else of the orchestrator, so either can be restarted or reworked alone.
 
     ros2 run fleet_idempotency http_api --ros-args -p port:=8080
@@ -34,8 +34,8 @@ from rclpy.signals import SignalHandlerOptions
 
 from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.resources import default_fleet_file
-from fleet_idempotency.msg import CommandResult, FleetEvent, RobotStatus
-from fleet_idempotency.ros.convert import time_to_epoch
+from fleet_idempotency.msg import CommandResult, FleetEvent, FleetEventBatch, RobotStatus
+from fleet_idempotency.ros.convert import MAX_EVENTS_PER_BATCH, time_to_epoch
 from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import STARTUP_ERRORS
 from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
@@ -105,7 +105,10 @@ class HttpApiNode(Node):
             self.get_logger(), self.counters, shutting_down=lambda: not self.context.ok()
         )
         self.create_subscription(
-            FleetEvent, "/fleet/events", guard.topic("events", self._on_event), RELIABLE_TOPIC_QOS
+            FleetEventBatch,
+            "/fleet/event_batches",
+            guard.topic("events", self._on_event_batch),
+            RELIABLE_TOPIC_QOS,
         )
         self.create_subscription(
             CommandResult,
@@ -154,6 +157,14 @@ class HttpApiNode(Node):
         return f"http://{self.host}:{self.port}/"
 
     # --- topics -----------------------------------------------------------------------------
+    def _on_event_batch(self, batch: FleetEventBatch) -> None:
+        # Anyone may publish on the topic: no more than the orchestrator ever sends at once.
+        excess = len(batch.events) - MAX_EVENTS_PER_BATCH
+        if excess > 0:
+            self.counters["events_beyond_batch_bound"] += excess
+        for message in batch.events[:MAX_EVENTS_PER_BATCH]:
+            self._on_event(message)
+
     def _on_event(self, message: FleetEvent) -> None:
         try:
             # Bounded like every JSON this package reads: anyone may publish on the topic.

@@ -1,6 +1,6 @@
 """What the fleet's topics say, held for the API: recent events, robots' status.
 
-Events come from ``/fleet/events`` into a bounded ring (newest ``ring_size``); history
+Events come from ``/fleet/event_batches`` into a bounded ring (newest ``ring_size``); history
 older than the ring is in the orchestrator's event log (``fleet-idem-events``). Robot
 status comes from ``/fleet/<robot>/status``. Written by ROS callback threads, read by
 the HTTP event loop; server-sent-event streams are woken through their event loop.

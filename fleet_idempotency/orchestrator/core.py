@@ -121,7 +121,7 @@ class OrchestratorCore:
         store: IdempotencyStore,
         events: EventLog,
         settings: OrchestratorSettings | None = None,
-        on_event: Callable[[FleetEventRecord], None] = lambda _event: None,
+        on_events_appended: Callable[[list[FleetEventRecord]], None] = lambda _events: None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
@@ -143,7 +143,7 @@ class OrchestratorCore:
         self._dispatcher = Dispatcher(lanes, self.settings, clock=clock, rng=rng or random.Random())
         self.counters: Counter[str] = Counter()
         self._journal = Journal(
-            events, on_event=on_event, wall_clock=wall_clock, counters=self.counters
+            events, on_appended=on_events_appended, wall_clock=wall_clock, counters=self.counters
         )
         # Guards the maps below; the dispatcher's own lock guards the lanes.
         self._lock = threading.RLock()

@@ -55,12 +55,12 @@ class Journal:
         self,
         events: EventLog,
         *,
-        on_event: Callable[[FleetEventRecord], None],
+        on_appended: Callable[[list[FleetEventRecord]], None],
         wall_clock: Callable[[], float] = time.time,
         counters: Counter[str] | None = None,
     ) -> None:
         self.events = events
-        self._on_event = on_event
+        self._on_appended = on_appended
         self._wall_clock = wall_clock
         self._pending: list[FleetEventRecord] = []
         self._pending_lock = threading.Lock()
@@ -130,7 +130,8 @@ class Journal:
         self.emit([])
 
     def emit(self, events: list[FleetEventRecord]) -> None:
-        """Append what is deferred and then ``events`` in one durable commit; publish."""
+        """Append what is deferred and then ``events`` in one durable commit; hand what
+        was new to ``on_appended``, in one call (the node publishes it as one batch)."""
         with self._append_lock:
             with self._pending_lock:
                 batch, self._pending = [*self._pending, *events], []
@@ -149,6 +150,6 @@ class Journal:
                         del self._pending[:excess]
                         self._counters["events_dropped"] += excess
                 raise
-            for stored, appended in stored_batch:
-                if appended:
-                    self._on_event(stored)
+            appended = [stored for stored, new in stored_batch if new]
+            if appended:
+                self._on_appended(appended)

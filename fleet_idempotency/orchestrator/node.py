@@ -2,7 +2,8 @@
 
 Services: ``/fleet/submit_command`` (SubmitCommand), ``/fleet/check_key`` (CheckKey); a
 replica serves them under its own ``api_namespace`` (see replica.py).
-Topics: ``/fleet/events`` (FleetEvent, out), ``/fleet/results`` (CommandResult, in),
+Topics: ``/fleet/event_batches`` (FleetEventBatch, out; ``/fleet/events``, FleetEvent, the
+same one by one while anyone subscribes there), ``/fleet/results`` (CommandResult, in),
 ``/fleet/<robot_id>/commands`` (FleetCommand, out), ``/fleet/<robot_id>/status``
 (RobotStatus, in). All logic lives in OrchestratorCore; this is the ROS shell.
 
@@ -11,7 +12,6 @@ Topics: ``/fleet/events`` (FleetEvent, out), ``/fleet/results`` (CommandResult, 
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 from dataclasses import replace
@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.event_handler import PublisherEventCallbacks
 from rclpy.node import Node
 
 from fleet_idempotency.auth import CommandSigner, FleetKeyring, KeyringError, WatchedKeyring
@@ -27,7 +26,7 @@ from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.postgres import redacted_url
 from fleet_idempotency.bringup.resources import default_fleet_file
 from fleet_idempotency.events import EventLogConfig, FleetEventRecord, LmdbEventLog
-from fleet_idempotency.msg import CommandResult, FleetEvent, RobotStatus
+from fleet_idempotency.msg import CommandResult, FleetEvent, FleetEventBatch, RobotStatus
 from fleet_idempotency.orchestrator.core import (
     OrchestratorCore,
     OrchestratorSettings,
@@ -47,12 +46,17 @@ from fleet_idempotency.ros.convert import (
     InvalidMessage,
     answer_from_msg,
     check_key_failed,
-    epoch_to_time,
+    event_batches,
+    event_to_msg,
     fill_check_key_response,
 )
 from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import run_nodes
-from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
+from fleet_idempotency.ros.qos import (
+    RELIABLE_TOPIC_QOS,
+    SERVICE_QOS,
+    drop_default_event_handlers,
+)
 from fleet_idempotency.srv import CheckKey, SubmitCommand
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 
@@ -97,15 +101,14 @@ class Orchestrator(Node):
         else:
             self.store = IdempotencyStore.open(StoreConfig(path=root / "keys", **store_settings))
             self.events = LmdbEventLog(EventLogConfig(path=root / "events", durable=p["durable"]))
+        self._events_pub = self.create_publisher(FleetEvent, "/fleet/events", RELIABLE_TOPIC_QOS)
+        self._event_batches_pub = self.create_publisher(
+            FleetEventBatch, "/fleet/event_batches", RELIABLE_TOPIC_QOS
+        )
         # No QoS event handlers (rclpy's default ones only log an incompatible peer): each
         # is an entity that every wake-up of the executor walks, ~7 % of the orchestrator's
         # CPU under load for a log line nobody needs twice.
-        self._events_pub = self.create_publisher(
-            FleetEvent,
-            "/fleet/events",
-            RELIABLE_TOPIC_QOS,
-            event_callbacks=PublisherEventCallbacks(use_default_callbacks=False),
-        )
+        drop_default_event_handlers(self)
         self._rng = random.Random(p["seed"] or None)
         self._reorder_probability = float(p["reorder_delivery_probability"])
         self._keyring = (
@@ -125,7 +128,7 @@ class Orchestrator(Node):
                 offline_after_s=p["offline_after_s"],
                 busy_pause_s=p["busy_pause_s"],
             ),
-            on_event=self._publish_event,
+            on_events_appended=self._publish_events,
             rng=self._rng,
             signer=CommandSigner(self._keyring.keyring) if self._keyring else None,
             replicated=self._replica is not None,
@@ -377,18 +380,15 @@ class Orchestrator(Node):
         ):
             self._dispatch.kick()
 
-    def _publish_event(self, event: FleetEventRecord) -> None:
-        self._events_pub.publish(
-            FleetEvent(
-                sequence=event.sequence,
-                event_type=str(event.event_type),
-                idempotency_key=event.key,
-                client_id=event.client_id,
-                robot_id=event.robot_id,
-                detail_json=json.dumps(event.detail, sort_keys=True),
-                stamp=epoch_to_time(event.stamp),
-            )
-        )
+    def _publish_events(self, events: list[FleetEventRecord]) -> None:
+        """One commit's events: as batches, and one by one only while anyone listens to
+        /fleet/events (the package's own consumers take the batches)."""
+        messages = [event_to_msg(event) for event in events]
+        for batch in event_batches(messages):
+            self._event_batches_pub.publish(batch)
+        if self._events_pub.get_subscription_count() > 0:
+            for message in messages:
+                self._events_pub.publish(message)
 
     def _collect_garbage(self) -> None:
         self.store.gc(max_batches=4)

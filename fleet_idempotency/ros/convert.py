@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Iterator
 
 from builtin_interfaces.msg import Time
 
-from fleet_idempotency.msg import CommandResult, FleetCommand
+from fleet_idempotency.events import FleetEventRecord
+from fleet_idempotency.msg import CommandResult, FleetCommand, FleetEvent, FleetEventBatch
 from fleet_idempotency.protocol import INTERNAL, Answer, Delivery, KeyStatus
 from fleet_idempotency.srv import CheckKey
 from fleet_idempotency.store import State
@@ -114,3 +117,26 @@ def check_key_failed(response: CheckKey.Response, message: str) -> CheckKey.Resp
     response.status_code = INTERNAL
     response.message = f"{message}; ask again"
     return response
+
+
+# A batch stays a modest message (an accepted event carries its payload, up to 64 kB).
+MAX_EVENTS_PER_BATCH = 256
+
+
+def event_to_msg(event: FleetEventRecord) -> FleetEvent:
+    return FleetEvent(
+        sequence=event.sequence,
+        event_type=str(event.event_type),
+        idempotency_key=event.key,
+        client_id=event.client_id,
+        robot_id=event.robot_id,
+        detail_json=json.dumps(event.detail, sort_keys=True),
+        stamp=epoch_to_time(event.stamp),
+    )
+
+
+def event_batches(
+    events: list[FleetEvent], size: int = MAX_EVENTS_PER_BATCH
+) -> Iterator[FleetEventBatch]:
+    for start in range(0, len(events), size):
+        yield FleetEventBatch(events=events[start : start + size])

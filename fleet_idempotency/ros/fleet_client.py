@@ -18,7 +18,7 @@ import rclpy
 from rclpy.context import Context
 from rclpy.executors import MultiThreadedExecutor
 
-from fleet_idempotency.msg import CommandResult, FleetEvent, RobotStatus
+from fleet_idempotency.msg import CommandResult, FleetEvent, FleetEventBatch, RobotStatus
 from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 
@@ -87,7 +87,17 @@ class FleetClient:
         self.node.create_subscription(CommandResult, "/fleet/results", callback, RELIABLE_TOPIC_QOS)
 
     def on_events(self, callback: Callable[[FleetEvent], None]) -> None:
-        self.node.create_subscription(FleetEvent, "/fleet/events", callback, RELIABLE_TOPIC_QOS)
+        """Every event, in order; taken in the orchestrator's batches (one message per
+        commit of its log, see FleetEventBatch.msg), so following the log costs no one a
+        message per event."""
+
+        def each(batch: FleetEventBatch) -> None:
+            for event in batch.events:
+                callback(event)
+
+        self.node.create_subscription(
+            FleetEventBatch, "/fleet/event_batches", each, RELIABLE_TOPIC_QOS
+        )
 
     def on_status(self, robot_id: str, callback: Callable[[RobotStatus], None]) -> None:
         self.node.create_subscription(RobotStatus, f"/fleet/{robot_id}/status", callback, 10)

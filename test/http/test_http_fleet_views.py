@@ -165,3 +165,46 @@ def _fleet_robots() -> list[Any]:
     from support.paths import FLEET_FILE
 
     return load_fleet(FLEET_FILE).robots
+
+
+def test_an_event_batch_beyond_the_bound_is_cut_and_the_node_keeps_serving(
+    fleet: FleetHarness, http_server: HttpServer
+) -> None:
+    """Anyone may publish on /fleet/event_batches: the node takes no more events from one
+    message than the orchestrator ever puts in one (MAX_EVENTS_PER_BATCH)."""
+    from fleet_idempotency.msg import FleetEvent, FleetEventBatch
+    from fleet_idempotency.ros.convert import MAX_EVENTS_PER_BATCH
+    from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS
+
+    http_server.start(ready=False)
+    publisher = fleet.node.create_publisher(
+        FleetEventBatch, "/fleet/event_batches", RELIABLE_TOPIC_QOS
+    )
+    fleet.spin_until(lambda: publisher.get_subscription_count() > 0, "the http node to listen")
+    sent = MAX_EVENTS_PER_BATCH + 44
+    publisher.publish(
+        FleetEventBatch(
+            events=[
+                FleetEvent(
+                    sequence=sequence,
+                    event_type="accepted",
+                    idempotency_key=f"k-{sequence}",
+                    client_id="wms",
+                    robot_id="amr_1",
+                    detail_json="{}",
+                )
+                for sequence in range(1, sent + 1)
+            ]
+        )
+    )
+
+    def held() -> list[int]:
+        with http_server.client(OPS_KEY) as client:
+            answer = client.get("/v1/events", params={"after": 0, "limit": 1000})
+        assert answer.status_code == 200
+        return [event["sequence"] for event in answer.json()["events"]]
+
+    wait_for(lambda: bool(held()), what="the batch's events", timeout_s=20.0)
+    assert held() == list(range(1, MAX_EVENTS_PER_BATCH + 1))
+    with http_server.client() as client:
+        assert client.get("/healthz").status_code == 200

@@ -206,3 +206,56 @@ def test_fleet_check_key_asks_the_robot_while_in_flight(fleet: FleetHarness) -> 
     assert final.state == COMPLETED and json.loads(final.result_json)["target"] == "W8"
     unknown = fleet.fleet_check("wms", "never")
     assert unknown.found is False
+
+
+def test_events_are_published_in_batches_and_singly_in_log_order(fleet: FleetHarness) -> None:
+    """/fleet/event_batches carries every event the log appends, in sequence order, a
+    commit's worth per message; /fleet/events carries the same one by one to whoever
+    subscribes there."""
+    from fleet_idempotency.msg import FleetEvent, FleetEventBatch
+    from fleet_idempotency.ros.convert import MAX_EVENTS_PER_BATCH
+    from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS
+
+    batches: list[list[FleetEvent]] = []
+    singles: list[FleetEvent] = []
+    fleet.node.create_subscription(
+        FleetEventBatch,
+        "/fleet/event_batches",
+        lambda batch: batches.append(list(batch.events)),
+        RELIABLE_TOPIC_QOS,
+    )
+    fleet.node.create_subscription(FleetEvent, "/fleet/events", singles.append, RELIABLE_TOPIC_QOS)
+    fleet.start_agent("amr_1", "amr", time_scale=0.0)
+    fleet.start_orchestrator()
+
+    def results_seen(key: str) -> bool:
+        batched = [e for batch in batches for e in batch]
+        return all(
+            any(e.event_type == "result" and e.idempotency_key == key for e in stream)
+            for stream in (batched, singles)
+        )
+
+    # A first command until both streams carry its result: both subscriptions are matched.
+    warm_up = fleet.submit("wms", "warm-up", "amr_1", "dock", {"dock": "D1"}, wait_timeout_s=30.0)
+    assert warm_up.status_code == 200
+    fleet.spin_until(lambda: results_seen("warm-up"), "the warm-up's result on both topics")
+    first = max(e.sequence for batch in batches for e in batch) + 1
+    keys = [f"batch-{i}" for i in range(6)]
+    for key in keys:
+        assert fleet.submit("wms", key, "amr_1", "dock", {"dock": "D1"}).status_code == 202
+    fleet.spin_until(lambda: all(results_seen(k) for k in keys), "every result on both topics")
+    fleet.children.kill("orchestrator", signal.SIGTERM)
+
+    batched = [(e.sequence, e.event_type, e.idempotency_key) for b in batches for e in b]
+    single = [(e.sequence, e.event_type, e.idempotency_key) for e in singles]
+    # Up to the last result waited for: later events may still be on their way.
+    last = max(seq for seq, kind, key in batched if kind == "result" and key in keys)
+    with LmdbEventLog(
+        EventLogConfig(path=fleet.store_dir / "orchestrator" / "events"), readonly=True
+    ) as log:
+        logged = [(e.sequence, str(e.event_type), e.key) for e in log.read()]
+    in_range = [item for item in logged if first <= item[0] <= last]
+    assert [item for item in batched if first <= item[0] <= last] == in_range
+    assert [item for item in single if first <= item[0] <= last] == in_range
+    assert {"accepted", "dispatched", "result"} <= {kind for _, kind, _ in in_range}
+    assert all(0 < len(batch) <= MAX_EVENTS_PER_BATCH for batch in batches)

@@ -189,7 +189,7 @@ def test_events_the_log_could_not_take_are_appended_by_the_next_flush(
 ) -> None:
     log = open_event_log(EventLogConfig(url=postgres_url, pg_connect_timeout_s=1.0))
     published: list[FleetEventRecord] = []
-    journal = Journal(log, on_event=published.append)
+    journal = Journal(log, on_appended=published.extend)
     try:
 
         def fact(key: str) -> None:
