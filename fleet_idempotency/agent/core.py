@@ -9,11 +9,16 @@ Order of operations for each delivery, and why:
 5. the executor (``executor.py``) prepares (may refuse: release the key, 4xx), executes,
    records the final result, and only then publishes it.
 
+The answer to step 4 (202) of a command the idle worker starts at once may be held for
+a moment and dropped if the final result goes first (``delayed_acks.py``).
+
 A duplicate is answered from the store at step 4 and never reaches the worker.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections import Counter
 from collections.abc import Callable
 
@@ -45,6 +50,7 @@ from fleet_idempotency.store import (
     validate_key,
 )
 
+from .delayed_acks import DelayedAcks
 from .executor import AnswerSink, Executor, Load, Logger, Work
 from .fencing import META_NAME as FENCE_META
 from .fencing import FencingGate
@@ -64,7 +70,10 @@ class AgentCore:
         on_load_change: Callable[[], None] | None = None,
         dedup_window: RecentDeliveries | None = None,
         verifier: CommandVerifier | None = None,
+        delayed_acks: DelayedAcks | None = None,
     ) -> None:
+        """``delayed_acks``: hold the 202 of a command that starts at once (None: every
+        answer is published at once)."""
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self.robot_id = backend.robot_id
@@ -76,6 +85,8 @@ class AgentCore:
         self._dedup = dedup_window
         # None: an unauthenticated fleet (every command accepted, as before keyrings).
         self.verifier = verifier
+        self._delayed_acks = delayed_acks
+        self._hold_lock = threading.Lock()
         self.counters: Counter[str] = Counter()
         self.fence = FencingGate(
             lambda: store.read_meta(FENCE_META),
@@ -85,7 +96,7 @@ class AgentCore:
             backend=backend,
             store=store,
             capacity=capacity,
-            publish=publish,
+            publish=self._publish_final,
             logger=logger,
             on_load_change=on_load_change or (lambda: None),
             counters=self.counters,
@@ -152,12 +163,22 @@ class AgentCore:
         ):
             self.counters["transport_repeats_dropped"] += 1
             return None
-        answer = self._answer(delivery)
+        answer, held = self._answer(delivery)
         self.counters[f"answer_{answer.status_code}"] += 1
         if answer.replayed:
             self.counters["replays"] += 1
-        self._publish(answer)
+        if not held:
+            self._publish(answer)
         return answer
+
+    def _publish_final(self, answer: Answer) -> None:
+        """The worker's answer (final, or a refusal that released the key): it says more
+        than a 202 still held for the key, which is dropped."""
+        if self._delayed_acks is not None:
+            with self._hold_lock:
+                if self._delayed_acks.settle((self.robot_id, answer.key)):
+                    self.counters["acks_superseded"] += 1
+        self._publish(answer)
 
     def _admitted_by_fence(self, delivery: Delivery) -> bool:
         try:
@@ -180,12 +201,14 @@ class AgentCore:
             )
         return False
 
-    def _answer(self, delivery: Delivery) -> Answer:
+    def _answer(self, delivery: Delivery) -> tuple[Answer, bool]:
+        """The immediate answer, and whether it is held (``delayed_acks``), not to be
+        published now."""
         try:
             validate_key(delivery.key)
             command = self._validate(delivery)
         except (InvalidCommand, InvalidRequest) as invalid:
-            return Answer.rejected(delivery, BAD_REQUEST, str(invalid))
+            return Answer.rejected(delivery, BAD_REQUEST, str(invalid)), False
 
         if self._executor.full() and not isinstance(
             self.store.check(self.robot_id, delivery.key), Record
@@ -195,7 +218,7 @@ class AgentCore:
                 delivery,
                 BUSY,
                 f"{self.robot_id} is busy ({self.capacity} commands queued); retry later",
-            )
+            ), False
         try:
             outcome = self.store.claim(
                 scope=self.robot_id,
@@ -205,16 +228,27 @@ class AgentCore:
                 payload_json=delivery.payload_json,
             )
         except InvalidRequest as invalid:
-            return Answer.rejected(delivery, BAD_REQUEST, str(invalid))
+            return Answer.rejected(delivery, BAD_REQUEST, str(invalid)), False
         except StoreFull as full:
-            return Answer.rejected(delivery, STORE_FULL, str(full))
+            return Answer.rejected(delivery, STORE_FULL, str(full)), False
         except StoreError as error:
             # Nothing was claimed, so nothing runs: refused, and the sender is told why.
             self.counters["store_errors"] += 1
-            return Answer.rejected(delivery, INTERNAL, f"{self.robot_id}'s store failed: {error}")
-        if isinstance(outcome, Claimed):
-            self._executor.enqueue(Work(command, delivery))
-        return answer_for_outcome(delivery, outcome)
+            failed = f"{self.robot_id}'s store failed: {error}"
+            return Answer.rejected(delivery, INTERNAL, failed), False
+        answer = answer_for_outcome(delivery, outcome)
+        if not isinstance(outcome, Claimed):
+            return answer, False
+        # The worker may finish before this thread runs on: it settles under the same lock,
+        # so it finds the 202 held (and drops it) instead of overtaking it.
+        with self._hold_lock:
+            starts_now = self._executor.enqueue(Work(command, delivery))
+            if not starts_now or self._delayed_acks is None:
+                return answer, False
+            self._delayed_acks.hold(
+                (self.robot_id, answer.key), functools.partial(self._publish, answer)
+            )
+            return answer, True
 
     def _validate(self, delivery: Delivery) -> Command:
         if delivery.robot_id != self.robot_id:

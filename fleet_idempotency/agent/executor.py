@@ -103,11 +103,14 @@ class Executor:
                 current_key=self._current_key,
             )
 
-    def enqueue(self, work: Work) -> None:
+    def enqueue(self, work: Work) -> bool:
+        """Queue ``work``; True if the worker was idle with nothing queued (it starts now)."""
         with self._lock:
+            starts_now = self._queue_depth == 0
             self._queue_depth += 1
         self._work.put(work)
         self._on_load_change()
+        return starts_now
 
     def _run(self) -> None:
         while (work := self._work.get()) is not None:

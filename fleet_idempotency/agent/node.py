@@ -23,6 +23,7 @@ from rclpy.node import Node
 
 from fleet_idempotency.agent.core import AgentCore
 from fleet_idempotency.agent.dedup_window import RecentDeliveries
+from fleet_idempotency.agent.delayed_acks import DelayedAcks
 from fleet_idempotency.agent.diagnostics import PERIOD_S as DIAGNOSTICS_PERIOD_S
 from fleet_idempotency.agent.diagnostics import DiagnosticsPublisher, StoreDiagnostics
 from fleet_idempotency.agent.periodic import PeriodicWork
@@ -60,19 +61,35 @@ class AgentProcessWork:
         self.timer: Any = None
         self._world: RosWorldLink | None = None
         self._world_users = 0
+        self._delayed_acks: dict[float, DelayedAcks] = {}
 
     def world_link(self, context: Context, name: str, timeout_s: float) -> RosWorldLink:
         """The process's one link to the world simulator (see sim/world_link_ros.py),
-        opened by its first user (and named after it), closed by ``release_world_link``
+        opened by its first user (and named after it), closed by ``release``
         of its last."""
         if self._world is None:
             self._world = RosWorldLink(context, name, timeout_s=timeout_s)
         self._world_users += 1
         return self._world
 
-    def release_world_link(self) -> None:
+    def delayed_acks(self, delay_s: float, logger: Any) -> DelayedAcks | None:
+        """The process's holder of 202s for ``delay_s`` (None for 0: no delay)."""
+        if delay_s <= 0:
+            return None
+        if delay_s not in self._delayed_acks:
+            self._delayed_acks[delay_s] = DelayedAcks(
+                delay_s, on_error=lambda error: logger.error(f"could not publish a 202: {error!r}")
+            )
+        return self._delayed_acks[delay_s]
+
+    def release(self) -> None:
+        """One agent of the process is done with its world link and held answers."""
         self._world_users -= 1
-        if self._world is not None and self._world_users <= 0:
+        if self._world_users > 0:
+            return
+        for held in self._delayed_acks.values():
+            held.close()
+        if self._world is not None:
             self._world.close()
             self._world = None
 
@@ -132,6 +149,7 @@ class AgentDriver(Node):
             on_load_change=self._load_changed,
             dedup_window=RecentDeliveries() if p["transport_dedup"] else None,
             verifier=CommandVerifier(self._keyring.keyring) if self._keyring else None,
+            delayed_acks=shared.delayed_acks(p["ack_delay_s"], self.get_logger()),
         )
         guard = CallbackGuard(
             self.get_logger(), self.core.counters, shutting_down=lambda: not self.context.ok()
@@ -214,6 +232,9 @@ class AgentDriver(Node):
             "status_period_s": 1.0,
             # A load change is published at once only if the last status is older than this.
             "status_min_interval_s": 0.2,
+            # The 202 of a command the idle robot starts at once waits this long, and is
+            # not sent if the final result goes first (agent/delayed_acks.py); 0: never.
+            "ack_delay_s": 0.05,
             "transport_dedup": True,
             "world_timeout_s": 30.0,
             "results_topic": "/fleet/results",
@@ -353,7 +374,7 @@ class AgentDriver(Node):
     def shutdown(self) -> None:
         """Stop executing (the in-flight claim stays durable for recovery), close the store."""
         self.core.stop()
-        self._process_work.release_world_link()
+        self._process_work.release()
         self.store.close()
 
 

@@ -5,10 +5,11 @@ For 50 robots these are 50 status subscriptions, 50 CheckKey clients and 50 comm
 publishers with their QoS event handlers. rclpy rebuilds its wait set from every entity
 of its nodes on each wake-up, in Python: on the orchestrator's main executor they made
 every submit, result and tick wake-up cost O(fleet). So they live on side nodes:
-subscriptions on one with its own single-threaded executor (statuses are handled in
-arrival order), the CheckKey clients on another (used only to reconcile, they would
-otherwise double what every status and result wake-up walks), publishers on one that is
-never spun (publishing needs no executor, and from any thread is safe).
+status subscriptions on one with its own single-threaded executor (statuses are handled
+in arrival order), the results subscription on another (a result wake-up then walks one
+subscription, not 51), the CheckKey clients on a third (used only to reconcile, they
+would otherwise double what every status wake-up walks), publishers on one that is never
+spun (publishing needs no executor, and from any thread is safe).
 """
 
 from __future__ import annotations
@@ -53,14 +54,10 @@ class RobotLinks:
         self._rng = rng
         self._duplicate_probability = duplicate_probability
         robot_ids = list(robot_ids)
-        self._listening = Node(
-            "orchestrator_robot_links", context=context, start_parameter_services=False
-        )
-        drop_default_event_handlers(self._listening)
-        self._checking = Node(
-            "orchestrator_robot_checks", context=context, start_parameter_services=False
-        )
-        drop_default_event_handlers(self._checking)
+        self._executors: list[SingleThreadedExecutor] = []
+        self._listening = self._spun_node("orchestrator_robot_links", context)
+        self._checking = self._spun_node("orchestrator_robot_checks", context)
+        self._results = self._spun_node("orchestrator_results", context)
         self.checks = {
             robot_id: self._checking.create_client(
                 CheckKey, f"/fleet/{robot_id}/check_key", qos_profile=SERVICE_QOS
@@ -87,21 +84,24 @@ class RobotLinks:
             )
             for robot_id in robot_ids
         }
-        self._executors: list[SingleThreadedExecutor] = []
-        for node, thread_name in (
-            (self._listening, "orchestrator-robot-links"),
-            (self._checking, "orchestrator-robot-checks"),
-        ):
-            executor = SingleThreadedExecutor(context=context)
-            executor.add_node(node)
-            self._executors.append(executor)
-            threading.Thread(target=_spin, args=(executor,), name=thread_name, daemon=True).start()
+
+    def _spun_node(self, name: str, context: Context) -> Node:
+        """A node without parameter services or QoS event handlers, spun by a
+        single-threaded executor on a thread of its own."""
+        node = Node(name, context=context, start_parameter_services=False)
+        drop_default_event_handlers(node)
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(node)
+        self._executors.append(executor)
+        threading.Thread(target=_spin, args=(executor,), name=name, daemon=True).start()
+        return node
 
     def listen_to_results(self, on_result: Callable[[CommandResult], None]) -> None:
-        """Robots' answers, taken by this thread too: on the main multi-threaded executor
-        each one also paid a hand-off to a pool thread and that executor's per-callback
-        bookkeeping. Subscribed once the caller is ready to handle them."""
-        self._listening.create_subscription(
+        """Robots' answers, on a thread and node of their own: on the main multi-threaded
+        executor each one also paid a hand-off to a pool thread and that executor's
+        per-callback bookkeeping, and beside the status subscriptions each one walked all
+        50 of them. Subscribed once the caller is ready to handle them."""
+        self._results.create_subscription(
             CommandResult,
             "/fleet/results",
             on_result,
@@ -120,7 +120,7 @@ class RobotLinks:
     def close(self) -> None:
         for executor in self._executors:
             executor.shutdown(timeout_sec=1.0)
-        for node in (self._listening, self._checking, self._publishing):
+        for node in (self._listening, self._checking, self._results, self._publishing):
             node.destroy_node()
 
 

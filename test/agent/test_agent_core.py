@@ -17,6 +17,7 @@ import pytest
 
 from fleet_idempotency.agent.core import AgentCore
 from fleet_idempotency.agent.dedup_window import RecentDeliveries
+from fleet_idempotency.agent.delayed_acks import DelayedAcks
 from fleet_idempotency.auth import CommandSigner, CommandVerifier, FleetKeyring
 from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.protocol import Answer, Delivery
@@ -54,6 +55,7 @@ class Agent:
         clock: Callable[[], float] | None = None,
         dedup_window: RecentDeliveries | None = None,
         verifier: CommandVerifier | None = None,
+        delayed_acks: DelayedAcks | None = None,
         **store_settings: Any,
     ) -> None:
         spec = FLEET.robot(robot_id)
@@ -75,6 +77,7 @@ class Agent:
             on_load_change=self._count_load_change,
             dedup_window=dedup_window,
             verifier=verifier,
+            delayed_acks=delayed_acks,
         )
         self.core.start()
 
@@ -515,3 +518,35 @@ def test_a_stale_replicas_commands_are_dropped_unanswered_and_the_fence_survives
     assert restarted.core.submit(fenced("wms:stale", 2, "W2")) is None
     assert world.side_effect_count("forklift_1", "wms:stale") == 0
     assert world.side_effect_count("forklift_1", "wms:new-holder") == 1
+
+
+def test_a_202_held_for_a_command_started_at_once_is_replaced_by_its_final_result(
+    make_agent: Callable[..., Agent], world: World
+) -> None:
+    """Delayed acknowledgement: the idle robot's 202 waits; the final result, published
+    first, makes it unnecessary, so it is never sent. The claim itself was durable."""
+    held = DelayedAcks(60.0)  # longer than any test: only the final result can end it
+    agent = make_agent("amr_1", delayed_acks=held)
+    answer = agent.send("k-dock", "dock", {"dock": "D1"})
+    assert answer is not None and answer.status_code == 202  # what the claim answered
+    assert agent.final_answer("k-dock").state == State.COMPLETED
+    assert [a.status_code for a in agent.answers if a.key == "k-dock"] == [200]
+    assert agent.core.counters["acks_superseded"] == 1 and held.held() == 0
+    assert world.side_effect_count("amr_1", "k-dock") == 1
+
+
+def test_a_queued_command_is_acknowledged_at_once_and_a_long_one_after_the_delay(
+    make_agent: Callable[..., Agent],
+) -> None:
+    """Only a command the worker starts at once has its 202 held, for ``delay_s``: one
+    that waits behind another is answered at once, and one that runs longer than the
+    delay gets its 202 then, before its final result."""
+    agent = make_agent("forklift_1", time_scale=0.1, delayed_acks=DelayedAcks(0.05))
+    agent.send("k-long", "pick", {"slot": "A1"})
+    agent.send("k-queued", "place", {"slot": "B1"})
+    assert [a.status_code for a in agent.answers if a.key == "k-queued"] == [202]
+    agent.wait(lambda: any(a.key == "k-long" for a in agent.answers), "the held 202")
+    assert [a.status_code for a in agent.answers if a.key == "k-long"] == [202]
+    assert agent.final_answer("k-long").status_code == 200
+    assert [a.status_code for a in agent.answers if a.key == "k-long"] == [202, 200]
+    assert agent.core.counters["acks_superseded"] == 0

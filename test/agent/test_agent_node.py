@@ -255,3 +255,24 @@ def test_the_world_publishes_markers_for_rviz(shared_fleet: FleetHarness) -> Non
         "amr_1",
         "amr_2",
     }
+
+
+def test_an_idle_robot_answers_a_quick_command_by_its_result_alone(
+    shared_fleet: FleetHarness,
+) -> None:
+    """Delayed acknowledgement through a real process: the 202 held for the command the
+    idle worker started is dropped when the final result goes first; the claim was
+    durable all the same (the store has the record, the world one side effect)."""
+    fleet = shared_fleet
+    fleet.spin_until(lambda: fleet.statuses["amr_3"].queue_depth == 0, "amr_3 idle")
+    fleet.send("amr_3", "k-quick", "dock", {"dock": "D2"})
+    final = fleet.final("k-quick")
+    assert (final.state, final.status_code) == (COMPLETED, 200)
+    # A 202 sent at once would precede the result from the same publisher, which keeps
+    # its order: it would be in the list (whether it is dropped, not just late, is pinned
+    # in test_agent_core.py).
+    fleet.send("amr_3", "k-quick", "dock", {"dock": "D2"}, attempt=2)
+    assert fleet.answer_to("k-quick", 2).replayed
+    answers = [r.status_code for r in fleet.results if r.idempotency_key == "k-quick"]
+    assert answers == [200, 200]
+    assert fleet.side_effects("amr_3", "k-quick") == 1

@@ -42,8 +42,17 @@ def test_submit_retried_ten_times_answers_202_409_200_and_executes_once(
 
 
 def test_dropped_results_are_recovered_by_retries_exactly_once(fleet: FleetHarness) -> None:
+    # Every 202 sent (no delayed acknowledgement): which results the seeded draws drop
+    # must not depend on whether a held 202 was superseded in time.
     for robot_id, start_y in (("amr_1", 0.0), ("amr_2", 2.5)):
-        fleet.start_agent(robot_id, "amr", start_y=start_y, result_drop_probability=0.4, seed=11)
+        fleet.start_agent(
+            robot_id,
+            "amr",
+            start_y=start_y,
+            result_drop_probability=0.4,
+            seed=11,
+            ack_delay_s=0.0,
+        )
     fleet.start_orchestrator()
     keys = [(f"lossy-{i}", ("amr_1", "amr_2")[i % 2]) for i in range(16)]
     for key, robot in keys:
