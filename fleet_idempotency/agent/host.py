@@ -24,6 +24,7 @@ from fleet_idempotency.bringup.fleet_config import FleetConfig, RobotSpec, load_
 from fleet_idempotency.bringup.plan import agent_node
 from fleet_idempotency.ros.node_main import run_nodes
 from fleet_idempotency.ros.qos import drop_default_event_handlers
+from fleet_idempotency.ros.side_thread import NO_TYPE_DESCRIPTION_SERVICE
 
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -63,10 +64,11 @@ def hosted_agents(
             keyring_dir=keyring_dir,
         )
         overrides = [Parameter(name, value=value) for name, value in spec.parameters.items()]
-        # No parameter services nor QoS event handlers on hosted agents: 25 agents' 150
-        # services and 150 handlers would be in the one executor's wait set, rebuilt on
-        # every wake-up (idle CPU). Their parameters come from the fleet file and are
-        # fixed at start anyway.
+        overrides.append(NO_TYPE_DESCRIPTION_SERVICE)
+        # No parameter or type description services nor QoS event handlers on hosted
+        # agents: 25 agents' 175 services and 150 handlers would be in the one executor's
+        # wait set, rebuilt on every wake-up (idle CPU). Their parameters come from the
+        # fleet file and are fixed at start anyway.
         agents.append(
             AgentDriver(
                 namespace=spec.namespace,

@@ -19,6 +19,7 @@ from typing import Any
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.context import Context
 from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
 from fleet_idempotency.agent.core import AgentCore
@@ -46,6 +47,7 @@ from fleet_idempotency.ros.qos import (
     SERVICE_QOS,
     drop_default_event_handlers,
 )
+from fleet_idempotency.ros.side_thread import side_node, spin_on_thread
 from fleet_idempotency.sim.world_link_ros import RosWorldLink
 from fleet_idempotency.srv import CheckKey
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
@@ -62,6 +64,7 @@ class AgentProcessWork:
         self._world: RosWorldLink | None = None
         self._world_users = 0
         self._delayed_acks: dict[float, DelayedAcks] = {}
+        self._services: tuple[Node, SingleThreadedExecutor] | None = None
 
     def world_link(self, context: Context, name: str, timeout_s: float) -> RosWorldLink:
         """The process's one link to the world simulator (see sim/world_link_ros.py),
@@ -82,13 +85,28 @@ class AgentProcessWork:
             )
         return self._delayed_acks[delay_s]
 
+    def services_node(self, context: Context) -> Node:
+        """The node on which the agents of a host serve their check_key, spun by its own
+        thread: in the host's one wait set, 25 services (rarely called, for
+        reconciliation) were half of what every command's wake-up walked."""
+        if self._services is None:
+            node = side_node("agent_host_services", context)
+            self._services = (node, spin_on_thread(node, "agent-host-services"))
+        return self._services[0]
+
     def release(self) -> None:
-        """One agent of the process is done with its world link and held answers."""
+        """One agent of the process is done with its world link, held answers and
+        services node."""
         self._world_users -= 1
         if self._world_users > 0:
             return
         for held in self._delayed_acks.values():
             held.close()
+        if self._services is not None:
+            node, executor = self._services
+            executor.shutdown(timeout_sec=1.0)
+            node.destroy_node()
+            self._services = None
         if self._world is not None:
             self._world.close()
             self._world = None
@@ -168,9 +186,11 @@ class AgentDriver(Node):
                 else SubscriptionEventCallbacks(use_default_callbacks=False)
             ),
         )
-        self.create_service(
+        # Hosted agents serve it from the host's services node, under the same name.
+        service_owner = self if own_work else shared.services_node(self.context)
+        service_owner.create_service(
             CheckKey,
-            "check_key",
+            "check_key" if own_work else f"{self.get_namespace().rstrip('/')}/check_key",
             guard.service("check_key", self._on_check_key, check_key_failed),
             qos_profile=SERVICE_QOS,
             callback_group=MutuallyExclusiveCallbackGroup(),

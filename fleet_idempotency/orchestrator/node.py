@@ -159,6 +159,16 @@ class Orchestrator(Node):
             qos_profile=SERVICE_QOS,
             callback_group=api,
         )
+        # Woken by work (submits, results, statuses), asleep until the next retry deadline:
+        # no fixed tick (see dispatch_loop.py). Made before the robot links, whose
+        # statuses kick it as soon as they arrive; started once they exist to send on.
+        self._dispatch = DispatchLoop(
+            self.core,
+            self._send,
+            counters=self.core.counters,
+            on_error=self._dispatch_failed,
+            hold_back=self._hold_back,
+        )
         # Per-robot endpoints live apart from the API's services (see robot_links.py).
         self._links = RobotLinks(
             self.context,
@@ -168,15 +178,6 @@ class Orchestrator(Node):
             counters=self.core.counters,
             rng=self._rng,
             duplicate_probability=float(p["duplicate_delivery_probability"]),
-        )
-        # Woken by work (submits, results, statuses), asleep until the next retry deadline:
-        # no fixed tick (see dispatch_loop.py).
-        self._dispatch = DispatchLoop(
-            self.core,
-            self._send,
-            counters=self.core.counters,
-            on_error=self._dispatch_failed,
-            hold_back=self._hold_back,
         )
         self._dispatch.start()
         self._links.listen_to_results(guard.topic("results", self._on_result))

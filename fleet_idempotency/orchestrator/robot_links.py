@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import random
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 
@@ -33,8 +32,8 @@ from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.qos import (
     RELIABLE_TOPIC_QOS,
     SERVICE_QOS,
-    drop_default_event_handlers,
 )
+from fleet_idempotency.ros.side_thread import side_node, spin_on_thread
 from fleet_idempotency.srv import CheckKey
 
 
@@ -88,12 +87,8 @@ class RobotLinks:
     def _spun_node(self, name: str, context: Context) -> Node:
         """A node without parameter services or QoS event handlers, spun by a
         single-threaded executor on a thread of its own."""
-        node = Node(name, context=context, start_parameter_services=False)
-        drop_default_event_handlers(node)
-        executor = SingleThreadedExecutor(context=context)
-        executor.add_node(node)
-        self._executors.append(executor)
-        threading.Thread(target=_spin, args=(executor,), name=name, daemon=True).start()
+        node = side_node(name, context)
+        self._executors.append(spin_on_thread(node, name))
         return node
 
     def listen_to_results(self, on_result: Callable[[CommandResult], None]) -> None:
@@ -122,13 +117,6 @@ class RobotLinks:
             executor.shutdown(timeout_sec=1.0)
         for node in (self._listening, self._checking, self._results, self._publishing):
             node.destroy_node()
-
-
-def _spin(executor: SingleThreadedExecutor) -> None:
-    try:
-        executor.spin()
-    except Exception:  # the context was shut down under us: nothing left to serve
-        return
 
 
 def _heard_on(

@@ -18,10 +18,9 @@ from typing import Any
 
 from rclpy.client import Client
 from rclpy.context import Context
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.node import Node
 
-from fleet_idempotency.ros.qos import SERVICE_QOS, drop_default_event_handlers
+from fleet_idempotency.ros.qos import SERVICE_QOS
+from fleet_idempotency.ros.side_thread import side_node, spin_on_thread
 from fleet_idempotency.sim.world import Pose, WorldActionFailed, WorldActionName, WorldConfig
 from fleet_idempotency.srv import GetWorldState, WorldAction
 
@@ -34,25 +33,15 @@ class RosWorldLink:
     def __init__(self, context: Context, name: str, timeout_s: float = 10.0) -> None:
         """``name``: of the link's node, ``world_link_<name>``."""
         self.timeout_s = timeout_s
-        self._node = Node(f"world_link_{name}", context=context, start_parameter_services=False)
-        drop_default_event_handlers(self._node)
+        self._node = side_node(f"world_link_{name}", context)
         self._act = self._node.create_client(WorldAction, "/world/act", qos_profile=SERVICE_QOS)
         self._state = self._node.create_client(
             GetWorldState, "/world/state", qos_profile=SERVICE_QOS
         )
-        self._executor = SingleThreadedExecutor(context=context)
-        self._executor.add_node(self._node)
-        self._thread = threading.Thread(target=self._spin, name=f"world-link-{name}", daemon=True)
-        self._thread.start()
+        self._executor = spin_on_thread(self._node, f"world-link-{name}")
         self._geometry: WorldConfig | None = None
         self._pose_updates: dict[str, Any] = {}  # robot id: its pose update on the way
         self._ready = False
-
-    def _spin(self) -> None:
-        try:
-            self._executor.spin()
-        except Exception:  # context shut down under us: nothing left to serve
-            return
 
     def close(self) -> None:
         self._executor.shutdown(timeout_sec=1.0)

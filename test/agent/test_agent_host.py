@@ -53,14 +53,17 @@ def test_one_process_hosts_independent_agents(
     for robot_id in robots:
         assert fleet.side_effects(robot_id, "k-123") == 1
         assert (tmp_path / "stores" / "robots" / robot_id / "data.mdb").exists()
+        # Served from the host's services node, under each robot's own name.
+        status = fleet.check_key(robot_id, "k-123")
+        assert status.found and status.state == 3
     assert children.processes["host"].poll() is None
 
 
 def test_hosted_agents_share_one_timer_and_each_still_heartbeats(fleet: FleetHarness) -> None:
     """One periodic timer for the process, not one per agent and job (idle CPU), no QoS
-    event handler in the executor's wait set (walked on every wake-up), and every agent
-    still sends the heartbeat the orchestrator's offline detection relies on, and its
-    store status on /diagnostics."""
+    event handler nor check_key service in the executor's wait set (walked on every
+    wake-up), and every agent still sends the heartbeat the orchestrator's offline
+    detection relies on, and its store status on /diagnostics."""
     from diagnostic_msgs.msg import DiagnosticArray
     from rclpy.event_handler import EventHandler
 
@@ -88,6 +91,7 @@ def test_hosted_agents_share_one_timer_and_each_still_heartbeats(fleet: FleetHar
     try:
         assert sum(len(list(agent.timers)) for agent in agents) == 1
         assert not [w for a in agents for w in a.waitables if isinstance(w, EventHandler)]
+        assert not [service for agent in agents for service in agent.services]
         for agent in agents:
             fleet.executor.add_node(agent)
         fleet.spin_until(
