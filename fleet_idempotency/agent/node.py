@@ -18,7 +18,6 @@ from typing import Any
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.context import Context
-from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
@@ -133,11 +132,10 @@ class AgentDriver(Node):
         """``process_work``: shared with the other agents of this process (agent_host),
         which then starts it; without it the agent has its own and starts it itself.
         ``qos_event_handlers=False``: none of rclpy's default QoS event handlers (they only
-        log an incompatible peer) on the agent's topics; a host of 25 agents saves 150
-        entities that every wake-up of its executor walks."""
+        log an incompatible peer) on the agent's topics, dropped once they all exist
+        (ros/qos.py); a host of 25 agents saves 200 entities that every wake-up of its
+        executor walks."""
         super().__init__("agent_driver", **kwargs)
-        quiet = PublisherEventCallbacks(use_default_callbacks=False)
-        events = None if qos_event_handlers else quiet  # None: rclpy's default handlers
         own_work = process_work is None
         shared = AgentProcessWork() if process_work is None else process_work
         p = self._declare_parameters()
@@ -150,13 +148,11 @@ class AgentDriver(Node):
         backend = make_backend(self, self._world, p)
         self._keyring = self._open_keyring(p["auth_keyring"])
         self.store = IdempotencyStore.open(self._store_config(p))
-        self._results = self.create_publisher(
-            CommandResult, p["results_topic"], RELIABLE_TOPIC_QOS, event_callbacks=events
-        )
+        self._results = self.create_publisher(CommandResult, p["results_topic"], RELIABLE_TOPIC_QOS)
         # Answers found by crash recovery are held until someone listens: published at
         # start-up they would reach nobody, since discovery takes a moment.
         self._recovered: list[Answer] | None = []
-        self._status = self.create_publisher(RobotStatus, "status", 10, event_callbacks=events)
+        self._status = self.create_publisher(RobotStatus, "status", 10)
         self._status_throttle = StatusThrottle(p["status_min_interval_s"])
         self.core = AgentCore(
             backend=backend,
@@ -180,11 +176,6 @@ class AgentDriver(Node):
             guard.topic("commands", self._on_command),
             RELIABLE_TOPIC_QOS,
             callback_group=MutuallyExclusiveCallbackGroup(),
-            event_callbacks=(
-                None
-                if qos_event_handlers
-                else SubscriptionEventCallbacks(use_default_callbacks=False)
-            ),
         )
         # Hosted agents serve it from the host's services node, under the same name.
         service_owner = self if own_work else shared.services_node(self.context)

@@ -29,10 +29,7 @@ from fleet_idempotency.msg import CommandResult, FleetCommand, RobotStatus
 from fleet_idempotency.protocol import Delivery
 from fleet_idempotency.ros.convert import delivery_to_msg
 from fleet_idempotency.ros.guard import CallbackGuard
-from fleet_idempotency.ros.qos import (
-    RELIABLE_TOPIC_QOS,
-    SERVICE_QOS,
-)
+from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
 from fleet_idempotency.ros.side_thread import side_node, spin_on_thread
 from fleet_idempotency.srv import CheckKey
 
@@ -85,8 +82,7 @@ class RobotLinks:
         }
 
     def _spun_node(self, name: str, context: Context) -> Node:
-        """A node without parameter services or QoS event handlers, spun by a
-        single-threaded executor on a thread of its own."""
+        """A side node (ros/side_thread.py) spun on a thread of its own."""
         node = side_node(name, context)
         self._executors.append(spin_on_thread(node, name))
         return node
