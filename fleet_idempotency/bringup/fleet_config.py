@@ -62,7 +62,10 @@ class RetentionSettings(_Section):
 class OrchestratorSection(_Section):
     queue_capacity_per_robot: int = Field(default=256, ge=1)
     retry_initial_s: float = Field(default=0.5, gt=0)
+    retry_min_s: float = Field(default=0.1, gt=0)
     retry_max_s: float = Field(default=5.0, gt=0)
+    acknowledged_resend_s: float = Field(default=30.0, gt=0)
+    unanswered_per_robot: int = Field(default=2, ge=1)
     offline_after_s: float = Field(default=3.0, gt=0)
     retention_s: float = Field(default=86_400.0, gt=0)
 

@@ -40,7 +40,13 @@ class OrchestratorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     queue_capacity_per_robot: int = Field(default=256, ge=1)
+    # The first re-send of an unanswered command: ``retry_initial_s`` until the robot's
+    # answer time is measured, then that time plus four deviations, never below
+    # ``retry_min_s`` (RFC 6298's initial and minimum retransmission timeouts). The floor
+    # stays above the robots' 202 delay (``ack_delay_s``, 0.05 s), or every held 202 would
+    # draw a re-send; above it, a lost answer costs ~0.1 s, not the initial 0.5 s.
     retry_initial_s: float = Field(default=0.5, gt=0)
+    retry_min_s: float = Field(default=0.1, gt=0)
     retry_max_s: float = Field(default=5.0, gt=0)
     retry_jitter: float = Field(default=0.2, ge=0, le=1)
     # A command the robot acknowledged (202/409) is re-sent once the robot's status shows
@@ -119,12 +125,13 @@ class RobotLane:
     answer_time_deviation_s: float = 0.0
 
     def first_resend_after(self, settings: OrchestratorSettings) -> float:
-        """When to re-send a command that got no answer: the configured first backoff,
-        or later when this robot's answers take longer (capped at the longest backoff)."""
+        """When to re-send a command that got no answer: the configured first backoff
+        until this robot's answer time is known, then as long as its answers take
+        (within the floor and the longest backoff)."""
         if self.answer_time_s is None:
             return settings.retry_initial_s
         expected = self.answer_time_s + 4 * self.answer_time_deviation_s
-        return min(settings.retry_max_s, max(settings.retry_initial_s, expected))
+        return min(settings.retry_max_s, max(settings.retry_min_s, expected))
 
     def note_answer_time(self, sample_s: float) -> None:
         if self.answer_time_s is None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import rclpy
 from rclpy.context import Context
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 
 from fleet_idempotency.msg import CommandResult, FleetEvent, FleetEventBatch, RobotStatus
 from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
@@ -64,7 +64,7 @@ class FleetClient:
         self._world = self.node.create_client(
             GetWorldState, "/world/state", qos_profile=SERVICE_QOS
         )
-        self._executor = MultiThreadedExecutor(num_threads=4, context=self.context)
+        self._executor = SingleThreadedExecutor(context=self.context)
         self._executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, name="fleet-client", daemon=True)
         self._thread.start()

@@ -6,6 +6,8 @@ import ast
 from pathlib import Path
 
 import pytest
+from rclpy.context import Context
+from rclpy.parameter import Parameter
 
 from fleet_idempotency.bringup.fleet_config import FleetConfigError, load_fleet, parse_fleet
 from fleet_idempotency.bringup.plan import (
@@ -155,3 +157,40 @@ def test_replicas_share_the_store_url_each_with_its_own_api_namespace(tmp_path: 
     lone = launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path)
     assert api_namespaces(lone) == ["/fleet"]
     assert "store_url" not in next(s for s in lone if s.executable == "orchestrator").parameters
+
+
+def test_the_fleet_files_re_send_and_pacing_fields_reach_the_orchestrators_settings(
+    tmp_path: Path, ros_context: Context
+) -> None:
+
+    from fleet_idempotency.orchestrator.node import Orchestrator
+
+    tuned = {
+        "retry_initial_s": 0.7,
+        "retry_min_s": 0.15,
+        "retry_max_s": 4.0,
+        "acknowledged_resend_s": 12.0,
+        "unanswered_per_robot": 3,
+    }
+    fleet = parse_fleet(
+        {"robots": [{"id": "amr_1", "type": "amr"}], "orchestrator": tuned}, "tuned.yaml"
+    )
+    (orchestrator,) = (
+        spec
+        for spec in launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path)
+        if spec.executable == "orchestrator"
+    )
+    assert {name: orchestrator.parameters[name] for name in tuned} == tuned
+    # The real node declares each of them and builds its dispatch settings from them.
+    node = Orchestrator(
+        context=ros_context,
+        parameter_overrides=[
+            Parameter(name, value=orchestrator.parameters[name])
+            for name in ("fleet_file", "store_dir", *tuned)
+        ],
+    )
+    try:
+        assert {name: getattr(node.core.settings, name) for name in tuned} == tuned
+    finally:
+        node.shutdown()
+        node.destroy_node()
