@@ -34,6 +34,8 @@ from fleet_idempotency.store import State
 from fleet_idempotency.store.keys import MAX_TOKEN_LENGTH
 
 FINAL_STATES = (State.COMPLETED, State.FAILED, State.INTERRUPTED)
+# How far re-sends stretch a lane's first re-send (retry_max_s caps it anyway).
+MAX_RESEND_BACKOFF = 64.0
 
 
 class OrchestratorSettings(BaseModel):
@@ -123,6 +125,11 @@ class RobotLane:
     # before then only adds to its backlog.
     answer_time_s: float | None = None
     answer_time_deviation_s: float = 0.0
+    # Doubled by each re-send of an unanswered command, back to 1 with the next timed
+    # answer (RFC 6298 5.5-5.7, Karn's algorithm). Without it an estimate below what a
+    # loaded robot now takes never recovered: every send was re-sent before its answer
+    # came, so no answer timed a send (1.3-1.6 re-sends per command at 64 outstanding).
+    resend_backoff: float = 1.0
 
     def first_resend_after(self, settings: OrchestratorSettings) -> float:
         """When to re-send a command that got no answer: the configured first backoff
@@ -131,9 +138,11 @@ class RobotLane:
         if self.answer_time_s is None:
             return settings.retry_initial_s
         expected = self.answer_time_s + 4 * self.answer_time_deviation_s
-        return min(settings.retry_max_s, max(settings.retry_min_s, expected))
+        floored = max(settings.retry_min_s, expected) * self.resend_backoff
+        return min(settings.retry_max_s, floored)
 
     def note_answer_time(self, sample_s: float) -> None:
+        self.resend_backoff = 1.0
         if self.answer_time_s is None:
             self.answer_time_s, self.answer_time_deviation_s = sample_s, sample_s / 2
             return
@@ -302,6 +311,8 @@ class Dispatcher:
                     ):
                         continue
                     due.append(Due(command, True, lane.fencing_token))
+                    if not command.acknowledged:
+                        lane.resend_backoff = min(lane.resend_backoff * 2, MAX_RESEND_BACKOFF)
                     self._schedule(lane, command, now)
             dirty, self._dirty = self._dirty, set()
             for robot_id in dirty:

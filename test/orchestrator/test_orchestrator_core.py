@@ -724,6 +724,49 @@ def test_the_first_re_send_waits_for_as_long_as_the_robot_takes_to_answer() -> N
     assert send("k-quick").next_send_at == pytest.approx(now[0] + 0.2)
 
 
+def test_re_sends_stretch_the_first_re_send_until_an_answer_is_timed_again() -> None:
+    # A robot that suddenly takes longer than its estimate: every send would be re-sent
+    # before its answer came, no answer would time a send (Karn's rule), and the estimate
+    # would never learn. Each re-send of an unanswered command doubles the lane's first
+    # re-send instead, until an answer to a latest send is timed again.
+    now = [100.0]
+    dispatcher, lane = one_robot_dispatcher(
+        OrchestratorSettings(
+            retry_initial_s=0.5, retry_min_s=0.1, retry_max_s=5.0, retry_jitter=0.0
+        ),
+        capacity=100,
+        clock=lambda: now[0],
+    )
+
+    def send(key: str) -> PendingCommand:
+        command = dock_command(key)
+        dispatcher.enqueue(command)
+        (first,) = [d for d in dispatcher.due()[0] if d.command is command]
+        assert not first.is_retry
+        return command
+
+    quick = send("quick")
+    now[0] += 0.01
+    dispatcher.on_result(robot_answer(quick, 200))
+    waits = []
+    for index in range(3):
+        slow = send(f"slow-{index}")
+        waits.append(slow.next_send_at - now[0])
+        now[0] = slow.next_send_at
+        assert [d.is_retry for d in dispatcher.due()[0] if d.command is slow] == [True]
+        dispatcher.on_result(robot_answer(slow, 200, attempt=1))  # too late: not timed
+    assert waits == pytest.approx([0.1, 0.2, 0.4])
+    assert lane.resend_backoff == 8.0
+    timed = send("timed")
+    now[0] += 0.05
+    dispatcher.on_result(robot_answer(timed, 200))
+    assert lane.resend_backoff == 1.0
+    assert send("after").next_send_at - now[0] == pytest.approx(
+        lane.first_resend_after(dispatcher.settings)
+    )
+    assert lane.first_resend_after(dispatcher.settings) < 0.8
+
+
 def test_a_robot_gets_new_commands_as_fast_as_it_answers_the_last_ones() -> None:
     dispatcher, lane = one_robot_dispatcher(
         OrchestratorSettings(unanswered_per_robot=2, offline_after_s=60.0), capacity=16
