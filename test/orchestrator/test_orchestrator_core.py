@@ -636,6 +636,16 @@ def dock_command(key: str) -> PendingCommand:
     return PendingCommand("wms", key, "amr_1", "dock", "{}", "f", f"wms:{key}", claim_id="1")
 
 
+def first_send(dispatcher: Dispatcher, key: str) -> PendingCommand:
+    """Queue a dock under ``key`` and take its first send from ``due`` (re-sends of
+    earlier commands may fall due beside it)."""
+    command = dock_command(key)
+    dispatcher.enqueue(command)
+    (due,) = [d for d in dispatcher.due()[0] if d.command is command]
+    assert not due.is_retry
+    return command
+
+
 def robot_answer(command: PendingCommand, code: int, attempt: int = 1) -> Answer:
     """amr_1's answer to ``attempt`` of ``command``: 202 accepted or 200 completed."""
     state = State.ACCEPTED if code == 202 else State.COMPLETED
@@ -688,26 +698,18 @@ def test_the_first_re_send_waits_for_as_long_as_the_robot_takes_to_answer() -> N
         clock=lambda: now[0],
     )
 
-    def send(key: str) -> PendingCommand:
-        command = dock_command(key)
-        dispatcher.enqueue(command)
-        # Re-sends of earlier, acknowledged commands may fall due too (every 5 s).
-        (due,) = [d for d in dispatcher.due()[0] if d.command is command]
-        assert not due.is_retry
-        return command
-
     def answer(command: PendingCommand, attempt: int, after_s: float) -> None:
         now[0] += after_s
         dispatcher.on_result(robot_answer(command, 202, attempt))
 
     # Nothing measured yet: the configured first backoff.
-    first = send("k-0")
+    first = first_send(dispatcher, "k-0")
     assert first.next_send_at == now[0] + 0.5
     # A loaded robot answers each send 2 s later: re-sending at 0.5 s would only add to
     # its backlog, so the first re-send moves out to when an answer can be expected.
     for index in range(1, 20):
-        answer(send(f"k-{index}"), attempt=1, after_s=2.0)
-    late = send("k-late")
+        answer(first_send(dispatcher, f"k-{index}"), attempt=1, after_s=2.0)
+    late = first_send(dispatcher, "k-late")
     assert 2.0 <= late.next_send_at - now[0] <= 5.0
     # An answer to an earlier send of a re-sent command says nothing about this send's
     # time (Karn's rule), and a quick robot brings the first re-send back down.
@@ -720,8 +722,8 @@ def test_the_first_re_send_waits_for_as_long_as_the_robot_takes_to_answer() -> N
     # A quick robot brings it down to the floor, below the unmeasured first backoff: a
     # lost answer then costs a fifth of a second, not half of one.
     for index in range(40):
-        answer(send(f"quick-{index}"), attempt=1, after_s=0.01)
-    assert send("k-quick").next_send_at == pytest.approx(now[0] + 0.2)
+        answer(first_send(dispatcher, f"quick-{index}"), attempt=1, after_s=0.01)
+    assert first_send(dispatcher, "k-quick").next_send_at == pytest.approx(now[0] + 0.2)
 
 
 def test_re_sends_stretch_the_first_re_send_until_an_answer_is_timed_again() -> None:
@@ -738,30 +740,23 @@ def test_re_sends_stretch_the_first_re_send_until_an_answer_is_timed_again() -> 
         clock=lambda: now[0],
     )
 
-    def send(key: str) -> PendingCommand:
-        command = dock_command(key)
-        dispatcher.enqueue(command)
-        (first,) = [d for d in dispatcher.due()[0] if d.command is command]
-        assert not first.is_retry
-        return command
-
-    quick = send("quick")
+    quick = first_send(dispatcher, "quick")
     now[0] += 0.01
     dispatcher.on_result(robot_answer(quick, 200))
     waits = []
     for index in range(3):
-        slow = send(f"slow-{index}")
+        slow = first_send(dispatcher, f"slow-{index}")
         waits.append(slow.next_send_at - now[0])
         now[0] = slow.next_send_at
         assert [d.is_retry for d in dispatcher.due()[0] if d.command is slow] == [True]
         dispatcher.on_result(robot_answer(slow, 200, attempt=1))  # too late: not timed
     assert waits == pytest.approx([0.1, 0.2, 0.4])
     assert lane.resend_backoff == 8.0
-    timed = send("timed")
+    timed = first_send(dispatcher, "timed")
     now[0] += 0.05
     dispatcher.on_result(robot_answer(timed, 200))
     assert lane.resend_backoff == 1.0
-    assert send("after").next_send_at - now[0] == pytest.approx(
+    assert first_send(dispatcher, "after").next_send_at - now[0] == pytest.approx(
         lane.first_resend_after(dispatcher.settings)
     )
     assert lane.first_resend_after(dispatcher.settings) < 0.8
