@@ -64,6 +64,9 @@ class FleetClient:
         self._world = self.node.create_client(
             GetWorldState, "/world/state", qos_profile=SERVICE_QOS
         )
+        # Its callbacks only set events and hand messages on. rclpy's MultiThreadedExecutor
+        # kept a core busy here while submits waited, and the demo's latency rose
+        # seven-fold (docs/design.md, "The ROS client").
         self._executor = SingleThreadedExecutor(context=self.context)
         self._executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, name="fleet-client", daemon=True)
