@@ -429,12 +429,16 @@ class Dispatcher:
         surplus = len(acknowledged) - queue_depth
         if surplus <= 0:
             return False
-        due_at = self._clock() + lane.first_resend_after(self.settings)
+        wait_s = lane.first_resend_after(self.settings)
+        due_at = self._clock() + wait_s
         pulled_in = False
         for command in acknowledged[:surplus]:
             if command.next_send_at > due_at:
                 command.next_send_at = due_at
                 command.acknowledged = False  # the re-send's answer acknowledges it again
+                # Its backoff restarts from this wait: left at the acknowledgement's 30 s,
+                # a lost answer to this re-send cost retry_max_s (5 s) before the next.
+                command.backoff_s = wait_s
                 self._at(due_at, _RETRY, lane.robot_id, command.robot_key)
                 pulled_in = True
         return pulled_in

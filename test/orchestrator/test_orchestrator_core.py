@@ -681,10 +681,13 @@ def test_a_status_that_shows_a_lost_result_brings_its_re_send_forward() -> None:
     now[0] = 100.5
     (resend,) = dispatcher.due()[0]
     assert resend.command is commands[0] and resend.is_retry
+    # Should that answer be lost as well, the next re-send follows the usual doubling from
+    # here, not the longest backoff.
+    assert commands[0].next_send_at == 100.5 + 1.0
     # Its result on the way beats the re-send: then nothing is sent.
     assert dispatcher.on_status("amr_1", 1, 4) is StatusEffect.WAKE  # k-1 finished too
     dispatcher.on_result(robot_answer(commands[1], 200))
-    now[0] = 101.5
+    now[0] = 101.4
     assert dispatcher.due()[0] == []
 
 
