@@ -43,6 +43,7 @@ class Load:
     capacity: int
     busy: bool
     current_key: str
+    last_finished_key: str = ""  # of the last command that ended with an answer
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class Executor:
         self._lock = threading.Lock()
         self._queue_depth = 0
         self._current_key = ""
+        self._last_finished_key = ""
         self._worker: threading.Thread | None = None
 
     def start(self) -> None:
@@ -101,6 +103,7 @@ class Executor:
                 capacity=self.capacity,
                 busy=bool(self._current_key),
                 current_key=self._current_key,
+                last_finished_key=self._last_finished_key,
             )
 
     def enqueue(self, work: Work) -> bool:
@@ -132,6 +135,8 @@ class Executor:
                 with self._lock:
                     self._queue_depth -= 1
                     self._current_key = ""
+                    if answer is not None:
+                        self._last_finished_key = work.command.key
             try:
                 if answer is not None:
                     self._publish(answer)

@@ -13,6 +13,7 @@ Topics (relative to the namespace): ``commands`` (FleetCommand, in), ``status``
 from __future__ import annotations
 
 import random
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from fleet_idempotency.ros.node_main import run_nodes
 from fleet_idempotency.ros.qos import (
     RELIABLE_TOPIC_QOS,
     SERVICE_QOS,
+    STATUS_QOS,
     drop_default_event_handlers,
 )
 from fleet_idempotency.ros.side_thread import side_node, spin_on_thread
@@ -152,7 +154,11 @@ class AgentDriver(Node):
         # Answers found by crash recovery are held until someone listens: published at
         # start-up they would reach nobody, since discovery takes a moment.
         self._recovered: list[Answer] | None = []
-        self._status = self.create_publisher(RobotStatus, "status", 10)
+        # Transient-local (STATUS_QOS): the first status, published below before anyone
+        # matched, reaches the orchestrator as soon as it does, with a boot id it has not
+        # seen; a restarted orchestrator gets the latest at once too.
+        self._boot_id = uuid.uuid4().hex
+        self._status = self.create_publisher(RobotStatus, "status", STATUS_QOS)
         self._status_throttle = StatusThrottle(p["status_min_interval_s"])
         self.core = AgentCore(
             backend=backend,
@@ -216,6 +222,7 @@ class AgentDriver(Node):
             shared.start(self)
         if not qos_event_handlers:
             drop_default_event_handlers(self)
+        self._publish_status()
         self.get_logger().info(
             f"{p['robot_type']} {self.robot_id} ready: store {self.store.config.path}, "
             f"capacity {p['capacity']}, recovered {len(self.store.last_recovery.resumed)} "
@@ -349,7 +356,7 @@ class AgentDriver(Node):
         return fill_check_key_response(self.core.check_key(request.idempotency_key), response)
 
     def _load_changed(self) -> None:
-        if self._status_throttle.on_change():
+        if self._status_throttle.on_change(idle=self.core.load().queue_depth == 0):
             self._publish_status()
 
     def _heartbeat(self) -> None:
@@ -370,6 +377,8 @@ class AgentDriver(Node):
                 capacity=load.capacity,
                 busy=load.busy,
                 current_key=load.current_key,
+                last_finished_key=load.last_finished_key,
+                boot_id=self._boot_id,
                 stamp=self.get_clock().now().to_msg(),
             )
         )

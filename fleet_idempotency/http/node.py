@@ -34,12 +34,18 @@ from rclpy.signals import SignalHandlerOptions
 
 from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.resources import default_fleet_file
-from fleet_idempotency.msg import CommandResult, FleetEvent, FleetEventBatch, RobotStatus
+from fleet_idempotency.msg import (
+    CommandResult,
+    FleetEvent,
+    FleetEventBatch,
+    OrchestratorBoot,
+    RobotStatus,
+)
 from fleet_idempotency.ros.convert import MAX_EVENTS_PER_BATCH, time_to_epoch
 from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import STARTUP_ERRORS
 from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
-from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
+from fleet_idempotency.ros.qos import BOOT_QOS, RELIABLE_TOPIC_QOS, SERVICE_QOS, STATUS_QOS
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 from fleet_idempotency.store.errors import InvalidRequest
 from fleet_idempotency.store.fingerprint import parse_json
@@ -104,6 +110,15 @@ class HttpApiNode(Node):
         guard = CallbackGuard(
             self.get_logger(), self.counters, shutting_down=lambda: not self.context.ok()
         )
+        # The orchestrator process serving now (OrchestratorBoot.msg): a request sent to
+        # one that has since been replaced is re-sent at once, not after its patience.
+        self._boot: str | None = None
+        self._replacements = 0  # boot ids heard that replaced another
+        self._boot_lock = threading.Lock()
+        self._boot_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self.calls.create_subscription(
+            OrchestratorBoot, "/fleet/boot", guard.topic("boot", self._on_boot), BOOT_QOS
+        )
         self.create_subscription(
             FleetEventBatch,
             "/fleet/event_batches",
@@ -121,7 +136,7 @@ class HttpApiNode(Node):
                 RobotStatus,
                 f"/fleet/{robot.id}/status",
                 guard.topic("status", functools.partial(self._on_status, robot.id)),
-                10,
+                STATUS_QOS,
             )
         self.create_subscription(
             DiagnosticArray, "/diagnostics", guard.topic("diagnostics", self._on_diagnostics), 10
@@ -218,37 +233,67 @@ class HttpApiNode(Node):
     def ready(self) -> bool:
         return bool(self._submit.service_is_ready() and self._check.service_is_ready())
 
+    def _on_boot(self, message: OrchestratorBoot) -> None:
+        with self._boot_lock:
+            replaced = self._boot is not None and self._boot != message.boot_id
+            self._boot = message.boot_id
+            self._replacements += replaced
+            waiting = list(self._boot_waiters) if replaced else []
+        for loop, wake in waiting:
+            loop.call_soon_threadsafe(wake.set)
+
     async def _call(
         self, client: Any, request: Any, *, deadline_s: float, wait_s: float = 0.0
     ) -> Any:
-        """Send; re-send when no answer came ``wait_s`` + patience later; give up at
-        ``deadline_s``. The server may hold a request for ``wait_s`` by design."""
+        """Send; re-send when no answer came ``wait_s`` + patience later, or at once when
+        the orchestrator process it went to is replaced; give up at ``deadline_s``. The
+        server may hold a request for ``wait_s`` by design."""
         loop = asyncio.get_running_loop()
-        answered = asyncio.Event()
-        futures: list[Any] = []
+        wake = asyncio.Event()
+        # (future, replacements of the orchestrator when sent; None: the world's service,
+        # which has no boot id)
+        sends: list[tuple[Any, int | None]] = []
+        follows_boot = client is not self._world
         give_up = loop.time() + deadline_s
+
+        def lost() -> int:
+            return sum(seen is not None and seen < self._replacements for _future, seen in sends)
+
+        with self._boot_lock:
+            self._boot_waiters.add((loop, wake))
         try:
             while True:
                 remaining = give_up - loop.time()
                 if remaining <= 0:
                     raise Unavailable(
                         f"no answer from {client.srv_name} within {deadline_s:g} s "
-                        f"({len(futures)} sends); retry with the same key"
+                        f"({len(sends)} sends); retry with the same key"
                     )
                 if not client.service_is_ready():
                     await asyncio.sleep(min(0.1, remaining))
                     continue
                 future = client.call_async(request)
-                future.add_done_callback(lambda _f: loop.call_soon_threadsafe(answered.set))
-                futures.append(future)
-                patience = wait_s + (FIRST_RESEND_S if len(futures) == 1 else RESEND_S)
-                try:
-                    await asyncio.wait_for(answered.wait(), min(patience, remaining))
-                except TimeoutError:
-                    continue
-                return next(f for f in futures if f.done()).result()
+                future.add_done_callback(lambda _f: loop.call_soon_threadsafe(wake.set))
+                sends.append((future, self._replacements if follows_boot else None))
+                first = (len(sends) - lost()) == 1  # the first send to this process
+                patience = wait_s + (FIRST_RESEND_S if first else RESEND_S)
+                until = loop.time() + min(patience, remaining)
+                lost_before = lost()
+                while True:
+                    try:
+                        await asyncio.wait_for(wake.wait(), max(0.0, until - loop.time()))
+                    except TimeoutError:
+                        break
+                    wake.clear()
+                    answered = [f for f, _seen in sends if f.done()]
+                    if answered:
+                        return answered[0].result()
+                    if lost() > lost_before:
+                        break
         finally:
-            for future in futures:
+            with self._boot_lock:
+                self._boot_waiters.discard((loop, wake))
+            for future, _seen in sends:
                 if not future.done():
                     client.remove_pending_request(future)
 

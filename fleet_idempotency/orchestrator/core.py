@@ -63,6 +63,7 @@ from fleet_idempotency.store import (
     UnknownKey,
     validate_key,
 )
+from fleet_idempotency.store.keys import MAX_TOKEN_LENGTH
 
 from .dispatch import (
     FINAL_STATES,
@@ -83,6 +84,8 @@ MAX_WAIT_TIMEOUT_S = 300.0
 # Robots advertise their queue capacity; no real robot queues thousands of commands, and a
 # status claiming so (a bug, or a forged status) would make dispatch flood that robot.
 MAX_ROBOT_CAPACITY = 1024
+# A robot's boot id is a short random token (a uuid4 in hex); anything longer is not one.
+MAX_BOOT_ID_LENGTH = 64
 # Retry counts kept for duplicate_suppressed events: the most recently retried keys.
 DUPLICATE_COUNTS_KEPT = 10_000
 
@@ -495,7 +498,11 @@ class OrchestratorCore:
                     client_id="",
                     key="",
                     robot_id=change.robot_id,
-                    detail={"in_flight": change.in_flight, "queued": change.queued},
+                    detail={
+                        "in_flight": change.in_flight,
+                        "queued": change.queued,
+                        "restarted": change.restarted,
+                    },
                     stamp=self._wall_clock(),
                     discriminator=uuid.uuid4().hex,
                 )
@@ -542,17 +549,34 @@ class OrchestratorCore:
         return self._dispatcher.next_deadline()
 
     def on_status(
-        self, robot_id: str, queue_depth: int, capacity: int, *, heard_on: str | None = None
+        self,
+        robot_id: str,
+        queue_depth: int,
+        capacity: int,
+        *,
+        heard_on: str | None = None,
+        boot_id: str = "",
+        last_finished_key: str = "",
     ) -> bool:
-        """A robot's load. ``heard_on``: the robot whose status topic carried it. True when
-        dispatch may have work now (False for a heartbeat that changes nothing)."""
+        """A robot's load. ``heard_on``: the robot whose status topic carried it;
+        ``boot_id``: its process's (a new one re-sends what it had in flight);
+        ``last_finished_key``: the robot-side key it last answered (an idle robot's tells
+        of a lost answer). True when dispatch may have work now (False for a heartbeat
+        that changes nothing)."""
         if heard_on is not None and robot_id != heard_on:
             self.counters["status_wrong_topic"] += 1
             return False
-        if not (0 < capacity <= MAX_ROBOT_CAPACITY and 0 <= queue_depth <= MAX_ROBOT_CAPACITY):
+        if not (
+            0 < capacity <= MAX_ROBOT_CAPACITY
+            and 0 <= queue_depth <= MAX_ROBOT_CAPACITY
+            and len(boot_id) <= MAX_BOOT_ID_LENGTH
+            and len(last_finished_key) <= MAX_TOKEN_LENGTH
+        ):
             self.counters["status_invalid"] += 1
             return False
-        effect = self._dispatcher.on_status(robot_id, queue_depth, capacity)
+        effect = self._dispatcher.on_status(
+            robot_id, queue_depth, capacity, boot_id, last_finished_key
+        )
         if effect is StatusEffect.UNKNOWN_ROBOT:
             self.counters["status_unknown_robot"] += 1
         return effect is StatusEffect.WAKE

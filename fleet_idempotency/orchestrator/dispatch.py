@@ -36,6 +36,10 @@ from fleet_idempotency.store.keys import MAX_TOKEN_LENGTH
 FINAL_STATES = (State.COMPLETED, State.FAILED, State.INTERRUPTED)
 # How far re-sends stretch a lane's first re-send (retry_max_s caps it anyway).
 MAX_RESEND_BACKOFF = 64.0
+# An idle robot's status names the last command it finished; if that command's answer has
+# not come, it is re-sent this much later. The answer was published before the status,
+# so it normally arrives first (the re-send is then skipped); a later one was lost.
+LOST_ANSWER_GRACE_S = 0.02
 
 
 class OrchestratorSettings(BaseModel):
@@ -116,6 +120,9 @@ class RobotLane:
     paused_until: float = 0.0
     # An offline check is scheduled for this lane (one at a time, however many statuses).
     offline_check_pending: bool = False
+    # The robot process's boot id, from its statuses ("" until one names it): a new one
+    # means the process restarted, and whatever it had not answered was lost with it.
+    boot_id: str = ""
     # Replicas: only the holder of the robot's lease dispatches to it, and every delivery
     # carries the lease's fencing token. A lone orchestrator holds every lane, token 0.
     held: bool = True
@@ -181,6 +188,9 @@ class OnlineChange:
     online: bool
     in_flight: int
     queued: int
+    # Back with a new boot id, whether or not it had been silent long enough to be
+    # marked offline.
+    restarted: bool = False
 
 
 # Heap entry kinds: what to look at when the entry's time comes.
@@ -311,7 +321,9 @@ class Dispatcher:
                     ):
                         continue
                     due.append(Due(command, True, lane.fencing_token))
-                    if not command.acknowledged:
+                    # A timed-out send stretches the lane's first re-send; one made because
+                    # the robot is back or restarted (backoff reset to 0) does not.
+                    if not command.acknowledged and command.backoff_s > 0:
                         lane.resend_backoff = min(lane.resend_backoff * 2, MAX_RESEND_BACKOFF)
                     self._schedule(lane, command, now)
             dirty, self._dirty = self._dirty, set()
@@ -373,8 +385,9 @@ class Dispatcher:
         grid = self.settings.offline_after_s * OFFLINE_CHECK_GRID
         return math.ceil(when / grid) * grid
 
-    def _heard(self, lane: RobotLane) -> OnlineChange | None:
-        """A sign of life (status or result): back online at once, offline check armed."""
+    def _heard(self, lane: RobotLane, boot_id: str = "") -> OnlineChange | None:
+        """A sign of life (status or result): back online at once, offline check armed.
+        ``boot_id``: the robot process's, from a status (results carry none)."""
         now = self._clock()
         lane.last_heard = now
         if not lane.offline_check_pending:
@@ -382,18 +395,34 @@ class Dispatcher:
             self._at(
                 self._on_grid(now + self.settings.offline_after_s), _OFFLINE_CHECK, lane.robot_id
             )
-        if lane.online:
+        restarted = bool(boot_id) and lane.boot_id not in ("", boot_id)
+        if boot_id:
+            lane.boot_id = boot_id
+        if lane.online and not restarted:
             return None
         lane.online = True
         self._dirty.add(lane.robot_id)
-        # Back: re-send what was in flight at once rather than after a long backoff.
+        # Back, or restarted within offline_after_s: re-send what was in flight at once
+        # rather than after a backoff that grew while nothing could answer (a robot host
+        # restarts in ~3 s, by when the next re-send was up to 3 s away). The re-sends that
+        # went unanswered meanwhile said nothing about how fast the robot answers.
+        lane.resend_backoff = 1.0
         for command in lane.in_flight.values():
             command.next_send_at = now
             command.backoff_s = 0.0
             self._at(now, _RETRY, lane.robot_id, command.robot_key)
-        return OnlineChange(lane.robot_id, True, len(lane.in_flight), len(lane.queue))
+        return OnlineChange(
+            lane.robot_id, True, len(lane.in_flight), len(lane.queue), restarted=restarted
+        )
 
-    def on_status(self, robot_id: str, queue_depth: int, capacity: int) -> StatusEffect:
+    def on_status(
+        self,
+        robot_id: str,
+        queue_depth: int,
+        capacity: int,
+        boot_id: str = "",
+        last_finished_key: str = "",
+    ) -> StatusEffect:
         """Note a robot's load, and say whether a dispatch round may now have work (most
         statuses are heartbeats that change nothing: no need to wake the dispatcher)."""
         with self._lock:
@@ -401,13 +430,15 @@ class Dispatcher:
             if lane is None:
                 return StatusEffect.UNKNOWN_ROBOT
             effect = StatusEffect.NOTED
-            change = self._heard(lane)
+            change = self._heard(lane, boot_id)
             if change is not None:
                 self._changes.append(change)
                 effect = StatusEffect.WAKE
             if capacity > 0 and capacity != lane.capacity:
                 lane.capacity = capacity
                 self._dirty.add(robot_id)
+                effect = StatusEffect.WAKE
+            if queue_depth == 0 and self._fetch_lost_answer(lane, last_finished_key):
                 effect = StatusEffect.WAKE
             if self._pull_in_lost_results(lane, queue_depth):
                 effect = StatusEffect.WAKE
@@ -419,6 +450,23 @@ class Dispatcher:
                 self._at(lane.paused_until, _UNPAUSE, robot_id)
                 effect = StatusEffect.WAKE
             return effect
+
+    def _fetch_lost_answer(self, lane: RobotLane, last_finished_key: str) -> bool:
+        """The robot is idle and finished ``last_finished_key``: if we still wait for its
+        answer, that answer was lost (or is a moment away). Re-send it after a short grace
+        instead of at its next backoff: the robot answers from its store. The re-send is
+        prompted by evidence, not a timeout, so (backoff 0) it stretches nothing."""
+        command = lane.in_flight.get(last_finished_key) if last_finished_key else None
+        if command is None:
+            return False
+        due_at = self._clock() + LOST_ANSWER_GRACE_S
+        if command.next_send_at <= due_at:
+            return False
+        command.next_send_at = due_at
+        command.backoff_s = 0.0
+        command.acknowledged = False  # the re-send's answer acknowledges it again
+        self._at(due_at, _RETRY, lane.robot_id, command.robot_key)
+        return True
 
     def _pull_in_lost_results(self, lane: RobotLane, queue_depth: int) -> bool:
         """A robot that holds fewer commands than it acknowledged to us finished some whose

@@ -1,7 +1,8 @@
 """Orchestrator node: the fleet's Unified Control API.
 
 Services: ``/fleet/submit_command`` (SubmitCommand), ``/fleet/check_key`` (CheckKey); a
-replica serves them under its own ``api_namespace`` (see replica.py).
+replica serves them under its own ``api_namespace`` (see replica.py), beside its
+``<api_namespace>/boot`` (OrchestratorBoot, out, transient-local).
 Topics: ``/fleet/event_batches`` (FleetEventBatch, out; ``/fleet/events``, FleetEvent, the
 same one by one while anyone subscribes there), ``/fleet/results`` (CommandResult, in),
 ``/fleet/<robot_id>/commands`` (FleetCommand, out), ``/fleet/<robot_id>/status``
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import random
 import threading
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,13 @@ from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.postgres import redacted_url
 from fleet_idempotency.bringup.resources import default_fleet_file
 from fleet_idempotency.events import EventLogConfig, FleetEventRecord, LmdbEventLog
-from fleet_idempotency.msg import CommandResult, FleetEvent, FleetEventBatch, RobotStatus
+from fleet_idempotency.msg import (
+    CommandResult,
+    FleetEvent,
+    FleetEventBatch,
+    OrchestratorBoot,
+    RobotStatus,
+)
 from fleet_idempotency.orchestrator.core import (
     OrchestratorCore,
     OrchestratorSettings,
@@ -53,6 +61,7 @@ from fleet_idempotency.ros.convert import (
 from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import run_nodes
 from fleet_idempotency.ros.qos import (
+    BOOT_QOS,
     RELIABLE_TOPIC_QOS,
     SERVICE_QOS,
     drop_default_event_handlers,
@@ -104,6 +113,9 @@ class Orchestrator(Node):
         self._events_pub = self.create_publisher(FleetEvent, "/fleet/events", RELIABLE_TOPIC_QOS)
         self._event_batches_pub = self.create_publisher(
             FleetEventBatch, "/fleet/event_batches", RELIABLE_TOPIC_QOS
+        )
+        self._boot_pub = self.create_publisher(
+            OrchestratorBoot, f"{p['api_namespace']}/boot", BOOT_QOS
         )
         # No QoS event handlers (rclpy's default ones only log an incompatible peer): each
         # is an entity that every wake-up of the executor walks, ~7 % of the orchestrator's
@@ -210,6 +222,10 @@ class Orchestrator(Node):
                 SWEEP_PERIOD_S, guard.timer("sweep", self._sweep), callback_group=timers
             )
             self._leases.start()
+        # Last: clients re-send what they sent our predecessor as soon as they read this.
+        self._boot_pub.publish(
+            OrchestratorBoot(boot_id=uuid.uuid4().hex, started=self.get_clock().now().to_msg())
+        )
         where = f"shared store {redacted_url(p['store_url'])}" if self._replica else f"store {root}"
         self.get_logger().info(
             f"orchestrating {len(fleet.robots)} robots; {where}; "
@@ -384,7 +400,12 @@ class Orchestrator(Node):
     def _on_status(self, message: RobotStatus, heard_on: str) -> None:
         # A heartbeat that changes nothing does not wake the dispatch thread.
         if self.core.on_status(
-            message.robot_id, message.queue_depth, message.capacity, heard_on=heard_on
+            message.robot_id,
+            message.queue_depth,
+            message.capacity,
+            heard_on=heard_on,
+            boot_id=message.boot_id,
+            last_finished_key=message.last_finished_key,
         ):
             self._dispatch.kick()
 

@@ -29,7 +29,7 @@ from fleet_idempotency.msg import CommandResult, FleetCommand, RobotStatus
 from fleet_idempotency.protocol import Delivery
 from fleet_idempotency.ros.convert import delivery_to_msg
 from fleet_idempotency.ros.guard import CallbackGuard
-from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
+from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS, STATUS_QOS
 from fleet_idempotency.ros.side_thread import side_node, spin_on_thread
 from fleet_idempotency.srv import CheckKey
 
@@ -68,7 +68,7 @@ class RobotLinks:
                 RobotStatus,
                 f"/fleet/{robot_id}/status",
                 guard.topic("robot_status", functools.partial(_heard_on, on_status, robot_id)),
-                10,
+                STATUS_QOS,
                 event_callbacks=SubscriptionEventCallbacks(use_default_callbacks=False),
             )
         self._publishing = Node(

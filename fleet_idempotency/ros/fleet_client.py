@@ -7,6 +7,7 @@ Thread-safe: many worker threads may submit at once; one executor thread spins.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -18,8 +19,14 @@ import rclpy
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 
-from fleet_idempotency.msg import CommandResult, FleetEvent, FleetEventBatch, RobotStatus
-from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS
+from fleet_idempotency.msg import (
+    CommandResult,
+    FleetEvent,
+    FleetEventBatch,
+    OrchestratorBoot,
+    RobotStatus,
+)
+from fleet_idempotency.ros.qos import BOOT_QOS, RELIABLE_TOPIC_QOS, SERVICE_QOS, STATUS_QOS
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 
 FIRST_RESEND_S = 3.0
@@ -29,6 +36,15 @@ EARLIEST_ANSWER_GRACE_S = 1.0
 
 class NoAnswer(TimeoutError):
     """The service did not answer within the overall deadline, re-sends included."""
+
+
+@dataclass(frozen=True)
+class _Send:
+    server: Any  # the rclpy client it went through
+    future: Any
+    # How many times the process serving there had been replaced when this was sent (the
+    # first boot id heard may arrive after a first send: that is no replacement).
+    replacements: int
 
 
 @dataclass(frozen=True)
@@ -45,10 +61,13 @@ class FleetClient:
         name: str = "fleet_client",
         *,
         api_namespace: str | Sequence[str] = "/fleet",
+        first_resend_s: float = FIRST_RESEND_S,
     ) -> None:
         """``api_namespace``: where the orchestrator's services are; several (replicas):
-        a re-send goes to the next one, so a dead replica costs one patience, no more."""
+        a re-send goes to the next one, so a dead replica costs one patience, no more.
+        ``first_resend_s``: the longest a first send waits for its answer."""
         self.context = context or rclpy.get_default_context()
+        self.first_resend_s = first_resend_s
         self.node = rclpy.create_node(name, context=self.context)
         namespaces = [api_namespace] if isinstance(api_namespace, str) else list(api_namespace)
         self._submit = [
@@ -64,6 +83,21 @@ class FleetClient:
         self._world = self.node.create_client(
             GetWorldState, "/world/state", qos_profile=SERVICE_QOS
         )
+        # Which orchestrator process serves each namespace (OrchestratorBoot.msg): a
+        # request sent to one that has since been replaced is re-sent at once.
+        self._boot_lock = threading.Lock()
+        self._boots: dict[str, str] = {}
+        self._replacements: dict[str, int] = {}
+        self._boot_waiters: set[threading.Event] = set()
+        self._namespace_of: dict[int, str] = {}
+        for namespace, submit, check in zip(namespaces, self._submit, self._check, strict=True):
+            self._namespace_of[id(submit)] = self._namespace_of[id(check)] = namespace
+            self.node.create_subscription(
+                OrchestratorBoot,
+                f"{namespace}/boot",
+                functools.partial(self._on_boot, namespace),
+                BOOT_QOS,
+            )
         # Its callbacks only set events and hand messages on. rclpy's MultiThreadedExecutor
         # kept a core busy here while submits waited, and the demo's latency rose
         # seven-fold (docs/design.md, "The ROS client").
@@ -103,58 +137,108 @@ class FleetClient:
         )
 
     def on_status(self, robot_id: str, callback: Callable[[RobotStatus], None]) -> None:
-        self.node.create_subscription(RobotStatus, f"/fleet/{robot_id}/status", callback, 10)
+        self.node.create_subscription(
+            RobotStatus, f"/fleet/{robot_id}/status", callback, STATUS_QOS
+        )
 
     # --- calls ------------------------------------------------------------------------------
+    def _on_boot(self, namespace: str, message: OrchestratorBoot) -> None:
+        with self._boot_lock:
+            previous = self._boots.get(namespace)
+            self._boots[namespace] = message.boot_id
+            replaced = previous is not None and previous != message.boot_id
+            if replaced:
+                self._replacements[namespace] = self._replacements.get(namespace, 0) + 1
+            waiting = list(self._boot_waiters) if replaced else []
+        for wake in waiting:
+            wake.set()
+
+    def _replacements_of(self, server: Any) -> int:
+        namespace = self._namespace_of.get(id(server))
+        with self._boot_lock:
+            return self._replacements.get(namespace, 0) if namespace is not None else 0
+
+    def _lost(self, send: _Send) -> bool:
+        """Sent to an orchestrator process that has since been replaced: no answer comes."""
+        return self._replacements_of(send.server) > send.replacements
+
     def _call(
         self, servers: list[Any], request: Any, *, patience_s: float, deadline_s: float
     ) -> tuple[Any, int]:
         """Send ``request``; re-send it every ``patience_s`` without an answer, each time to
-        the next of ``servers`` (replicas share one store: any of them may answer)."""
-        answered = threading.Event()
-        futures: list[Any] = []
-        sent_to: list[Any] = []
+        the next of ``servers`` (replicas share one store: any of them may answer), and at
+        once when the process it went to is replaced (a new boot id)."""
+        wake = threading.Event()
+        sends: list[_Send] = []
         turn = 0
         give_up = time.monotonic() + deadline_s
+        with self._boot_lock:
+            self._boot_waiters.add(wake)
+        try:
+            while True:
+                client = servers[turn % len(servers)]
+                remaining = max(0.0, give_up - time.monotonic())
+                # No server seen yet: look again soon rather than after a whole patience.
+                # A first send (or the first to a restarted server) gets a short patience:
+                # right after discovery a request or its reply is sometimes lost, and
+                # re-sending is always safe.
+                live = [send for send in sends if not self._lost(send)]
+                patience = min(patience_s, self.first_resend_s) if not live else patience_s
+                wait_s = min(patience, remaining) if client.service_is_ready() else 0.0
+                turn += 1
+                if wait_s > 0:
+                    future = client.call_async(request)
+                    future.add_done_callback(lambda _f: wake.set())
+                    sends.append(_Send(client, future, self._replacements_of(client)))
+                elif remaining > 0:
+                    client.wait_for_service(timeout_sec=min(0.5, remaining) / len(servers))
+                    continue
+                if self._wait_for_answer_or_loss(sends, wake, wait_s):
+                    return self._earliest_answer(sends), len(sends)
+                if time.monotonic() >= give_up:
+                    self._forget(sends)
+                    raise NoAnswer(
+                        f"no answer from {client.srv_name} after {deadline_s:.0f} s "
+                        f"({len(sends)} sends)"
+                    )
+        finally:
+            with self._boot_lock:
+                self._boot_waiters.discard(wake)
+
+    def _wait_for_answer_or_loss(
+        self, sends: list[_Send], wake: threading.Event, wait_s: float
+    ) -> bool:
+        """True once a send is answered; False after ``wait_s``, or as soon as a send is
+        lost with a replaced server (then re-sending cannot wait)."""
+        until = time.monotonic() + wait_s
+        lost = sum(self._lost(send) for send in sends)
         while True:
-            client = servers[turn % len(servers)]
-            remaining = max(0.0, give_up - time.monotonic())
-            # No server seen yet: look again soon rather than after a whole patience.
-            # The first send gets a short patience: right after discovery a request (or its
-            # reply) is sometimes lost, and re-sending is always safe.
-            patience = min(patience_s, FIRST_RESEND_S) if not futures else patience_s
-            wait_s = min(patience, remaining) if client.service_is_ready() else 0.0
-            turn += 1
-            if wait_s > 0:
-                future = client.call_async(request)
-                future.add_done_callback(lambda _f: answered.set())
-                futures.append(future)
-                sent_to.append(client)
-            elif remaining > 0:
-                client.wait_for_service(timeout_sec=min(0.5, remaining) / len(servers))
-                continue
-            if answered.wait(wait_s):
-                # Prefer the earliest send's answer: a re-send that overtook a slow first
-                # request is a duplicate at the server (409, then "replayed"), while the
-                # caller asked once. Waits on one key all end at the same finish, so the
-                # first request's answer follows within moments.
-                first = futures[0]
-                if not first.done():
-                    settled = threading.Event()
-                    first.add_done_callback(lambda _f, event=settled: event.set())
-                    settled.wait(EARLIEST_ANSWER_GRACE_S)
-                done = first if first.done() else next(f for f in futures if f.done())
-                for sender, future in zip(sent_to, futures, strict=True):
-                    if not future.done():
-                        sender.remove_pending_request(future)
-                return done.result(), len(futures)
-            if time.monotonic() >= give_up:
-                for sender, future in zip(sent_to, futures, strict=True):
-                    sender.remove_pending_request(future)
-                raise NoAnswer(
-                    f"no answer from {client.srv_name} after {deadline_s:.0f} s "
-                    f"({len(futures)} sends)"
-                )
+            woken = wake.wait(max(0.0, until - time.monotonic()))
+            wake.clear()
+            if any(send.future.done() for send in sends):
+                return True
+            if not woken or sum(self._lost(send) for send in sends) > lost:
+                return False
+
+    def _earliest_answer(self, sends: list[_Send]) -> Any:
+        """The answer to the earliest send still alive. A re-send that overtook a slow
+        first request is a duplicate at the server (409, then "replayed"), while the caller
+        asked once; waits on one key all end at the same finish, so the first request's
+        answer follows within moments. A send to a replaced process is never answered."""
+        live = [send for send in sends if not self._lost(send)]
+        if live and not live[0].future.done():
+            settled = threading.Event()
+            live[0].future.add_done_callback(lambda _f: settled.set())
+            settled.wait(EARLIEST_ANSWER_GRACE_S)
+        done = next(send for send in live + sends if send.future.done())
+        self._forget(sends)
+        return done.future.result()
+
+    @staticmethod
+    def _forget(sends: list[_Send]) -> None:
+        for send in sends:
+            if not send.future.done():
+                send.server.remove_pending_request(send.future)
 
     def submit(
         self,

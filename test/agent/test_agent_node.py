@@ -213,6 +213,29 @@ def test_kill_9_mid_pick_is_interrupted_and_mid_move_resumes(fleet: FleetHarness
     assert state["carried"] == {"forklift_1": "P-2"} and state["slots"]["A2"] is None
 
 
+def test_a_late_subscriber_hears_the_robot_at_once_and_a_restart_by_its_boot_id(
+    fleet: FleetHarness,
+) -> None:
+    from fleet_idempotency.msg import RobotStatus
+    from fleet_idempotency.ros.qos import STATUS_QOS
+
+    # No heartbeat within the test: every status heard below is one kept for whoever
+    # subscribes late (a restarted orchestrator), or a new process's first.
+    quiet = {"status_period_s": 600.0}
+    fleet.start_agent("amr_1", "amr", **quiet)
+    heard: list[Any] = []
+    fleet.node.create_subscription(RobotStatus, "/fleet/amr_1/status", heard.append, STATUS_QOS)
+    first = fleet.spin_until(lambda: heard and heard[-1], "the status kept for late subscribers")
+    assert first.robot_id == "amr_1" and len(first.boot_id) == 32
+
+    fleet.children.kill("agent_amr_1", signal.SIGKILL)
+    fleet.start_agent("amr_1", "amr", **quiet)
+    restarted = fleet.spin_until(
+        lambda: heard[-1].boot_id != first.boot_id and heard[-1], "the new process's status"
+    )
+    assert restarted.robot_id == "amr_1" and len(restarted.boot_id) == 32
+
+
 def test_sigterm_shuts_down_cleanly_and_keeps_the_store(fleet: FleetHarness) -> None:
     fleet.start_agent("amr_3", "amr", start_y=5.0)
     fleet.send("amr_3", "k-before-stop", "dock", {"dock": "D5"})

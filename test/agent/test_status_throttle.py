@@ -24,6 +24,17 @@ def test_the_first_change_goes_out_and_a_burst_after_it_waits_for_the_interval()
     assert throttle.suppressed == 2
 
 
+def test_falling_idle_goes_out_at_once_and_counts_as_the_latest_status() -> None:
+    clock = Clock()
+    throttle = StatusThrottle(0.2, clock)
+    assert throttle.on_change()
+    assert not throttle.on_change()  # started
+    assert throttle.on_change(idle=True)  # done, nothing left: within the interval
+    clock.now += 0.1
+    assert not throttle.on_change()
+    assert throttle.suppressed == 2
+
+
 def test_a_heartbeat_counts_as_the_latest_status() -> None:
     clock = Clock()
     throttle = StatusThrottle(0.2, clock)

@@ -463,3 +463,33 @@ def test_orchestrator_restart_under_the_server_is_503_then_success_nothing_lost(
             assert with_retries(key, waypoint).status_code == 200
     for key in keys:
         assert effects(fleet, "wms", key, "amr_1") == 1
+
+
+def test_a_post_waiting_across_an_orchestrator_restart_is_answered_by_the_new_one(
+    fleet: FleetHarness, http_server: HttpServer
+) -> None:
+    fleet.start_agent("amr_1", "amr", time_scale=0.3)
+    fleet.start_orchestrator()
+    # The server gives up at wait + 0.5 s, before a first send's patience (wait + 1 s)
+    # ends: only the new orchestrator's boot id can make it re-send the lost request.
+    http_server.start(answer_timeout_s=0.5)
+    answers: list[httpx.Response] = []
+    with http_server.client() as client:
+        waiting = threading.Thread(
+            target=lambda: answers.append(
+                post_command(
+                    client, "amr_1", "across", "move_to_waypoint", {"waypoint": "W3"}, wait_s=30
+                )
+            )
+        )
+        waiting.start()
+        fleet.spin_until(
+            lambda: fleet.statuses["amr_1"].current_key == robot_key("wms", "across"),
+            "the move to be under way",
+        )
+        fleet.children.kill("orchestrator", signal.SIGKILL)
+        fleet.start_orchestrator()
+        waiting.join(timeout=60.0)
+    assert answers, "no answer within the client's timeout"
+    assert answers[0].status_code == 200, answers[0].text
+    assert effects(fleet, "wms", "across", "amr_1") == 1

@@ -34,10 +34,17 @@ def test_state_and_code_constants_match_the_contract() -> None:
 
 
 def test_every_interface_has_the_contract_fields() -> None:
-    from fleet_idempotency.msg import CommandResult, FleetCommand, FleetEvent, RobotStatus
+    from fleet_idempotency.msg import (
+        CommandResult,
+        FleetCommand,
+        FleetEvent,
+        OrchestratorBoot,
+        RobotStatus,
+    )
     from fleet_idempotency.srv import CheckKey, SubmitCommand
 
     expected = {
+        OrchestratorBoot: {"boot_id", "started"},
         FleetCommand: {
             "idempotency_key",
             "client_id",
@@ -80,6 +87,8 @@ def test_every_interface_has_the_contract_fields() -> None:
             "capacity",
             "busy",
             "current_key",
+            "boot_id",
+            "last_finished_key",
             "stamp",
         },
         SubmitCommand.Request: {

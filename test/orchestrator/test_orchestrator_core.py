@@ -31,7 +31,9 @@ from fleet_idempotency.orchestrator.core import (
     robot_key,
 )
 from fleet_idempotency.orchestrator.dispatch import (
+    LOST_ANSWER_GRACE_S,
     Dispatcher,
+    OnlineChange,
     PendingCommand,
     RobotLane,
     StatusEffect,
@@ -763,6 +765,85 @@ def test_re_sends_stretch_the_first_re_send_until_an_answer_is_timed_again() -> 
         lane.first_resend_after(dispatcher.settings)
     )
     assert lane.first_resend_after(dispatcher.settings) < 0.8
+
+
+def test_a_robot_back_with_a_new_boot_id_gets_what_it_had_in_flight_at_once() -> None:
+    # A robot host restarts in ~3 s, within offline_after_s: it is never marked offline,
+    # and without its boot id the commands it lost would wait out a backoff that grew
+    # while nothing could answer.
+    now = [100.0]
+    dispatcher, lane = one_robot_dispatcher(
+        OrchestratorSettings(
+            retry_initial_s=0.5,
+            retry_min_s=0.1,
+            retry_max_s=5.0,
+            retry_jitter=0.0,
+            offline_after_s=60.0,
+        ),
+        capacity=4,
+        clock=lambda: now[0],
+    )
+    assert dispatcher.on_status("amr_1", 0, 4, "boot-1") is StatusEffect.NOTED
+    command = first_send(dispatcher, "k")
+    for _ in range(3):  # unanswered: the robot's process is gone
+        now[0] = command.next_send_at
+        assert [d.command for d in dispatcher.due()[0]] == [command]
+    assert command.next_send_at - now[0] == pytest.approx(4.0)
+    now[0] += 0.5
+    # The same process: a heartbeat, nothing to re-send yet.
+    assert dispatcher.on_status("amr_1", 0, 4, "boot-1") is StatusEffect.NOTED
+    assert dispatcher.due() == ([], [])
+    # A new process: what the last one had in flight goes again now.
+    assert dispatcher.on_status("amr_1", 0, 4, "boot-2") is StatusEffect.WAKE
+    due, changes = dispatcher.due()
+    assert [(d.command, d.is_retry) for d in due] == [(command, True)]
+    assert changes == [OnlineChange("amr_1", True, 1, 0, restarted=True)]
+    # The unanswered re-sends were the old process's silence, not a slow robot.
+    assert lane.resend_backoff == 1.0
+    assert command.next_send_at - now[0] == pytest.approx(
+        lane.first_resend_after(dispatcher.settings)
+    )
+
+
+def test_an_idle_robot_naming_its_last_command_has_that_lost_answer_fetched_at_once() -> None:
+    now = [100.0]
+    dispatcher, lane = one_robot_dispatcher(
+        OrchestratorSettings(
+            retry_initial_s=0.5,
+            retry_min_s=0.1,
+            retry_max_s=5.0,
+            retry_jitter=0.0,
+            offline_after_s=60.0,
+        ),
+        capacity=4,
+        clock=lambda: now[0],
+    )
+    lost = first_send(dispatcher, "lost")
+    assert lost.next_send_at == 100.5
+    now[0] = 100.03
+    # Still holding it, or idle after another command: nothing says its answer was lost.
+    assert dispatcher.on_status("amr_1", 1, 4, last_finished_key=lost.robot_key) is (
+        StatusEffect.NOTED
+    )
+    assert dispatcher.on_status("amr_1", 0, 4, last_finished_key="wms:other") is (
+        StatusEffect.NOTED
+    )
+    # Idle after finishing it, and no answer came: re-sent after a moment's grace, not at
+    # 0.5 s, without stretching the lane's first re-send.
+    assert dispatcher.on_status("amr_1", 0, 4, last_finished_key=lost.robot_key) is (
+        StatusEffect.WAKE
+    )
+    assert lost.next_send_at == pytest.approx(100.03 + LOST_ANSWER_GRACE_S)
+    now[0] = lost.next_send_at
+    assert [(d.command, d.is_retry) for d in dispatcher.due()[0]] == [(lost, True)]
+    assert lane.resend_backoff == 1.0
+    dispatcher.on_result(robot_answer(lost, 200, attempt=2))
+    # An answer that beats the grace: the re-send is skipped.
+    quick = first_send(dispatcher, "quick")
+    dispatcher.on_status("amr_1", 0, 4, last_finished_key=quick.robot_key)
+    dispatcher.on_result(robot_answer(quick, 200))
+    now[0] += 1.0
+    assert dispatcher.due()[0] == []
 
 
 def test_a_robot_gets_new_commands_as_fast_as_it_answers_the_last_ones() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
+from typing import Any
 
 import pytest
 
@@ -118,6 +120,49 @@ def test_orchestrator_kill_9_with_work_queued_and_in_flight(fleet: FleetHarness)
                 record.status_code,
                 record.result_json,
             )
+
+
+def test_a_client_re_sends_to_a_restarted_orchestrator_as_soon_as_it_boots(
+    fleet: FleetHarness,
+) -> None:
+    from fleet_idempotency.ros.fleet_client import FleetClient
+
+    fleet.start_agent("amr_1", "amr", time_scale=0.3)
+    fleet.start_orchestrator()
+    # Patience far beyond the deadline: only the new orchestrator's boot id can make this
+    # client re-send the request its predecessor took with it.
+    client = FleetClient(fleet.node.context, "boot_following_client", first_resend_s=600.0)
+    try:
+        client.wait_for_services(timeout_s=30.0)
+        submitted: list[Any] = []
+        waiting = threading.Thread(
+            target=lambda: submitted.append(
+                client.submit(
+                    "wms",
+                    "k-across-restart",
+                    "amr_1",
+                    "move_to_waypoint",
+                    {"waypoint": "W3"},
+                    wait_timeout_s=60.0,
+                    patience_s=600.0,
+                    deadline_s=60.0,
+                )
+            )
+        )
+        waiting.start()
+        fleet.spin_until(
+            lambda: fleet.statuses["amr_1"].current_key == "wms:k-across-restart",
+            "the move to be under way",
+        )
+        fleet.children.kill("orchestrator", signal.SIGKILL)
+        fleet.start_orchestrator()
+        waiting.join(timeout=60.0)
+        assert submitted, "no answer: the client did not re-send to the new orchestrator"
+        (answer,) = submitted
+        assert answer.calls == 2 and answer.response.status_code == 200
+        assert effects(fleet, "wms", "k-across-restart", "amr_1") == 1
+    finally:
+        client.close()
 
 
 def test_a_robot_that_stops_answering_holds_its_work_and_drains_once(

@@ -145,6 +145,8 @@ statuses = st.fixed_dictionaries(
         "capacity": uint32,
         "busy": st.booleans(),
         "current_key": nasty_text,
+        "boot_id": nasty_text,
+        "last_finished_key": nasty_text,
     }
 )
 batches = st.lists(st.one_of(submits, checks, commands, results, statuses), min_size=1, max_size=10)
@@ -155,14 +157,21 @@ class Adversary:
     """Sends batches from the test's own DDS participant and remembers what was refused."""
 
     def __init__(self, fleet: FleetHarness) -> None:
+        from rclpy.qos import QoSProfile
+
         from fleet_idempotency.msg import CommandResult, RobotStatus
-        from fleet_idempotency.ros.qos import SERVICE_QOS
+        from fleet_idempotency.ros.qos import SERVICE_QOS, STATUS_QOS
         from fleet_idempotency.srv import CheckKey
 
         self.fleet = fleet
         self.results = fleet.node.create_publisher(CommandResult, "/fleet/results", 256)
+        # The statuses' own durability (a volatile publisher matches no subscriber of
+        # STATUS_QOS), with room for a whole batch of them.
+        status_qos = QoSProfile(
+            depth=64, reliability=STATUS_QOS.reliability, durability=STATUS_QOS.durability
+        )
         self.statuses = {
-            robot: fleet.node.create_publisher(RobotStatus, f"/fleet/{robot}/status", 64)
+            robot: fleet.node.create_publisher(RobotStatus, f"/fleet/{robot}/status", status_qos)
             for robot in ROBOTS
         }
         self.robot_checks = {

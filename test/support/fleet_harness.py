@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fleet_idempotency.ros.qos import SERVICE_QOS
+from fleet_idempotency.ros.qos import SERVICE_QOS, STATUS_QOS
 
 from support.paths import FLEET_FILE
 from support.ros_support import ChildProcesses, wait_for
@@ -83,9 +83,10 @@ class FleetHarness:
             args += ["-p", f"{name}:={rendered}"]
         self.agent_args[robot_id] = args
         known = self._subscription_gids(f"/fleet/{robot_id}/commands")
+        predecessor = self.statuses.get(robot_id)
         self.children.spawn(f"agent_{robot_id}", args, self.env)
         self.track_robot(robot_id)
-        self.wait_until_serving(robot_id, known)
+        self.wait_until_serving(robot_id, known, predecessor.boot_id if predecessor else None)
 
     def track_robot(self, robot_id: str) -> None:
         """Create this side's endpoints for a robot: commands out, status in, CheckKey."""
@@ -104,7 +105,7 @@ class FleetHarness:
             RobotStatus,
             f"/fleet/{robot_id}/status",
             lambda status, rid=robot_id: self.statuses.__setitem__(rid, status),
-            10,
+            STATUS_QOS,
         )
 
     def serving(self, robot_id: str) -> bool:
@@ -120,7 +121,9 @@ class FleetHarness:
             bytes(info.endpoint_gid) for info in self.node.get_subscriptions_info_by_topic(topic)
         }
 
-    def wait_until_serving(self, robot_id: str, known_subscriptions: set[bytes]) -> None:
+    def wait_until_serving(
+        self, robot_id: str, known_subscriptions: set[bytes], predecessor_boot: str | None = None
+    ) -> None:
         """Wait for *this* process's endpoints: a restarted agent's predecessor lingers in
         the DDS graph until its lease expires, and a command sent to it would be lost."""
         process = self.children.processes[f"agent_{robot_id}"]
@@ -141,9 +144,12 @@ class FleetHarness:
         )
         self._wait_for_an_answer(self._check_clients[robot_id], process, f"agent {robot_id}")
         # A restarted agent keeps its name: wait for the status of *this* process.
-        self.statuses.pop(robot_id, None)
         wait_for(
-            lambda: robot_id in self.statuses, what=f"status of {robot_id}", executor=self.executor
+            lambda: (
+                robot_id in self.statuses and self.statuses[robot_id].boot_id != predecessor_boot
+            ),
+            what=f"status of {robot_id}",
+            executor=self.executor,
         )
 
     # --- commands ---------------------------------------------------------------------------
