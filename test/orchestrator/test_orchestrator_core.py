@@ -767,12 +767,10 @@ def test_re_sends_stretch_the_first_re_send_until_an_answer_is_timed_again() -> 
     assert lane.first_resend_after(dispatcher.settings) < 0.8
 
 
-def test_a_robot_back_with_a_new_boot_id_gets_what_it_had_in_flight_at_once() -> None:
-    # A robot host restarts in ~3 s, within offline_after_s: it is never marked offline,
-    # and without its boot id the commands it lost would wait out a backoff that grew
-    # while nothing could answer.
-    now = [100.0]
-    dispatcher, lane = one_robot_dispatcher(
+def steady_dispatcher(now: list[float]) -> tuple[Dispatcher, RobotLane]:
+    """amr_1 with room for 4, on the clock ``now[0]``: no jitter, never offline, first
+    re-send 0.5 s until answers are timed."""
+    return one_robot_dispatcher(
         OrchestratorSettings(
             retry_initial_s=0.5,
             retry_min_s=0.1,
@@ -783,6 +781,14 @@ def test_a_robot_back_with_a_new_boot_id_gets_what_it_had_in_flight_at_once() ->
         capacity=4,
         clock=lambda: now[0],
     )
+
+
+def test_a_robot_back_with_a_new_boot_id_gets_what_it_had_in_flight_at_once() -> None:
+    # A robot host restarts in ~3 s, within offline_after_s: it is never marked offline,
+    # and without its boot id the commands it lost would wait out a backoff that grew
+    # while nothing could answer.
+    now = [100.0]
+    dispatcher, lane = steady_dispatcher(now)
     assert dispatcher.on_status("amr_1", 0, 4, "boot-1") is StatusEffect.NOTED
     command = first_send(dispatcher, "k")
     for _ in range(3):  # unanswered: the robot's process is gone
@@ -807,17 +813,7 @@ def test_a_robot_back_with_a_new_boot_id_gets_what_it_had_in_flight_at_once() ->
 
 def test_an_idle_robot_naming_its_last_command_has_that_lost_answer_fetched_at_once() -> None:
     now = [100.0]
-    dispatcher, lane = one_robot_dispatcher(
-        OrchestratorSettings(
-            retry_initial_s=0.5,
-            retry_min_s=0.1,
-            retry_max_s=5.0,
-            retry_jitter=0.0,
-            offline_after_s=60.0,
-        ),
-        capacity=4,
-        clock=lambda: now[0],
-    )
+    dispatcher, lane = steady_dispatcher(now)
     lost = first_send(dispatcher, "lost")
     assert lost.next_send_at == 100.5
     now[0] = 100.03
