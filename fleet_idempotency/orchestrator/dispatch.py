@@ -37,8 +37,9 @@ FINAL_STATES = (State.COMPLETED, State.FAILED, State.INTERRUPTED)
 # How far re-sends stretch a lane's first re-send (retry_max_s caps it anyway).
 MAX_RESEND_BACKOFF = 64.0
 # An idle robot's status names the last command it finished; if that command's answer has
-# not come, it is re-sent this much later. The answer was published before the status,
-# so it normally arrives first (the re-send is then skipped); a later one was lost.
+# not come, it is re-sent once it is later than answers after such a status have been
+# (``RobotLane.answer_lag``), and never sooner than this. The answer was published
+# before the status, so it normally arrives first (the re-send is then skipped).
 LOST_ANSWER_GRACE_S = 0.02
 
 
@@ -106,6 +107,30 @@ class PendingCommand:
     next_send_at: float = 0.0
     backoff_s: float = 0.0
     sent_at: float = 0.0  # when ``attempt`` went out
+    # When an idle robot named it as finished while we still waited for its answer, and
+    # our latest send then (0: not named). It is fetched for that once: a second loss
+    # waits for the backoff like any other.
+    named_finished_at: float = 0.0
+    named_at_attempt: int = 0
+
+
+@dataclass
+class SmoothedTime:
+    """A duration's smoothed mean and mean deviation, as TCP's retransmission timer keeps
+    them (RFC 6298): ``bound_s`` is what a sample rarely exceeds."""
+
+    mean_s: float | None = None
+    deviation_s: float = 0.0
+
+    def note(self, sample_s: float) -> None:
+        if self.mean_s is None:
+            self.mean_s, self.deviation_s = sample_s, sample_s / 2
+            return
+        self.deviation_s = 0.75 * self.deviation_s + 0.25 * abs(self.mean_s - sample_s)
+        self.mean_s = 0.875 * self.mean_s + 0.125 * sample_s
+
+    def bound_s(self) -> float | None:
+        return None if self.mean_s is None else self.mean_s + 4 * self.deviation_s
 
 
 @dataclass
@@ -127,11 +152,14 @@ class RobotLane:
     # carries the lease's fencing token. A lone orchestrator holds every lane, token 0.
     held: bool = True
     fencing_token: int = 0
-    # How long the robot takes to answer a send (smoothed mean and mean deviation, as
-    # TCP's retransmission timer, RFC 6298): under load it answers late, and a re-send
-    # before then only adds to its backlog.
-    answer_time_s: float | None = None
-    answer_time_deviation_s: float = 0.0
+    # How long the robot takes to answer a send: under load it answers late, and a
+    # re-send before then only adds to its backlog.
+    answer_time: SmoothedTime = field(default_factory=SmoothedTime)
+    # How long after an idle status naming a command its answer still arrives (0 when it
+    # came first). Statuses and answers are taken on different threads, and under load
+    # the answers' one fell ~0.5 s behind: an answer that late is not lost.
+    answer_lag: SmoothedTime = field(default_factory=SmoothedTime)
+    last_named_key: str = ""
     # Doubled by each re-send of an unanswered command, back to 1 with the next timed
     # answer (RFC 6298 5.5-5.7, Karn's algorithm). Without it an estimate below what a
     # loaded robot now takes never recovered: every send was re-sent before its answer
@@ -142,20 +170,15 @@ class RobotLane:
         """When to re-send a command that got no answer: the configured first backoff
         until this robot's answer time is known, then as long as its answers take
         (within the floor and the longest backoff)."""
-        if self.answer_time_s is None:
+        expected = self.answer_time.bound_s()
+        if expected is None:
             return settings.retry_initial_s
-        expected = self.answer_time_s + 4 * self.answer_time_deviation_s
         floored = max(settings.retry_min_s, expected) * self.resend_backoff
         return min(settings.retry_max_s, floored)
 
     def note_answer_time(self, sample_s: float) -> None:
         self.resend_backoff = 1.0
-        if self.answer_time_s is None:
-            self.answer_time_s, self.answer_time_deviation_s = sample_s, sample_s / 2
-            return
-        error = abs(self.answer_time_s - sample_s)
-        self.answer_time_deviation_s = 0.75 * self.answer_time_deviation_s + 0.25 * error
-        self.answer_time_s = 0.875 * self.answer_time_s + 0.125 * sample_s
+        self.answer_time.note(sample_s)
 
     @property
     def waiting(self) -> int:
@@ -453,13 +476,22 @@ class Dispatcher:
 
     def _fetch_lost_answer(self, lane: RobotLane, last_finished_key: str) -> bool:
         """The robot is idle and finished ``last_finished_key``: if we still wait for its
-        answer, that answer was lost (or is a moment away). Re-send it after a short grace
-        instead of at its next backoff: the robot answers from its store. The re-send is
-        prompted by evidence, not a timeout, so (backoff 0) it stretches nothing."""
+        answer, that answer was lost, or is still on its way or queued on our side. Re-send
+        it once answers are overdue by the lane's lag, instead of at its next backoff: the
+        robot answers from its store. The re-send is prompted by evidence, not a timeout,
+        so (backoff 0) it stretches nothing."""
+        newly_named = last_finished_key != lane.last_named_key
+        lane.last_named_key = last_finished_key
         command = lane.in_flight.get(last_finished_key) if last_finished_key else None
         if command is None:
+            if newly_named and last_finished_key:
+                lane.answer_lag.note(0.0)  # its answer came before the status
             return False
-        due_at = self._clock() + LOST_ANSWER_GRACE_S
+        if command.named_finished_at:
+            return False
+        now = self._clock()
+        command.named_finished_at, command.named_at_attempt = now, command.attempt
+        due_at = now + max(LOST_ANSWER_GRACE_S, lane.answer_lag.bound_s() or 0.0)
         if command.next_send_at <= due_at:
             return False
         command.next_send_at = due_at
@@ -501,6 +533,11 @@ class Dispatcher:
                     self._changes.append(change)
             if command is None or lane is None:
                 return ResultEffect.IGNORED, None
+            if command.named_finished_at > 0 and answer.attempt <= command.named_at_attempt:
+                # An answer to a send made before the robot said it had finished: it was
+                # late, not lost (the fetch's own answer says nothing about lateness).
+                lane.answer_lag.note(self._clock() - command.named_finished_at)
+                command.named_finished_at = -1.0  # one sample per command, fetched once
             if answer.attempt == command.attempt and command.sent_at:
                 # An answer to the latest send (not to an earlier one: Karn's rule).
                 lane.note_answer_time(self._clock() - command.sent_at)

@@ -35,6 +35,7 @@ from fleet_idempotency.orchestrator.dispatch import (
     Dispatcher,
     OnlineChange,
     PendingCommand,
+    ResultEffect,
     RobotLane,
     StatusEffect,
 )
@@ -718,12 +719,12 @@ def test_the_first_re_send_waits_for_as_long_as_the_robot_takes_to_answer() -> N
     assert 2.0 <= late.next_send_at - now[0] <= 5.0
     # An answer to an earlier send of a re-sent command says nothing about this send's
     # time (Karn's rule), and a quick robot brings the first re-send back down.
-    settled_estimate = lane.answer_time_s
+    settled_estimate = lane.answer_time.mean_s
     now[0] = late.next_send_at
     (resend,) = [d for d in dispatcher.due()[0] if d.command is late]
     assert resend.is_retry and late.attempt == 2
     answer(late, attempt=1, after_s=4.0)
-    assert lane.answer_time_s == settled_estimate
+    assert lane.answer_time.mean_s == settled_estimate
     # A quick robot brings it down to the floor, below the unmeasured first backoff: a
     # lost answer then costs a fifth of a second, not half of one.
     for index in range(40):
@@ -840,6 +841,51 @@ def test_an_idle_robot_naming_its_last_command_has_that_lost_answer_fetched_at_o
     dispatcher.on_result(robot_answer(quick, 200))
     now[0] += 1.0
     assert dispatcher.due()[0] == []
+
+
+def test_a_lost_answer_is_fetched_once_and_only_after_answers_usually_trail_the_status() -> None:
+    # Statuses and answers are taken on different threads; under load answers fell ~0.5 s
+    # behind the idle status naming them, and a fixed 20 ms grace re-sent most commands.
+    now = [100.0]
+    dispatcher, _lane = steady_dispatcher(now)
+    late = first_send(dispatcher, "late")
+    now[0] = 100.01
+    dispatcher.on_status("amr_1", 0, 4, last_finished_key=late.robot_key)
+    assert late.next_send_at == pytest.approx(100.01 + LOST_ANSWER_GRACE_S)
+    now[0] = late.next_send_at
+    assert [d.command for d in dispatcher.due()[0]] == [late]
+    # Fetched once: a heartbeat naming it again leaves the re-send to the backoff.
+    next_send_at = late.next_send_at
+    now[0] = 100.05
+    assert dispatcher.on_status("amr_1", 0, 4, last_finished_key=late.robot_key) is (
+        StatusEffect.NOTED
+    )
+    assert late.next_send_at == next_send_at
+    now[0] = 100.31  # the first send's answer, 0.3 s after the status: late, not lost
+    assert dispatcher.on_result(robot_answer(late, 200, attempt=1))[0] is ResultEffect.SETTLED
+
+    def acknowledged_then_named(key: str) -> PendingCommand:
+        command = first_send(dispatcher, key)
+        dispatcher.on_result(robot_answer(command, 202, attempt=command.attempt))
+        assert command.next_send_at - now[0] == pytest.approx(30.0)
+        dispatcher.on_status("amr_1", 0, 4, last_finished_key=command.robot_key)
+        return command
+
+    # Now a fetch waits for what answers trailed by (0.3 s and its deviation), not 20 ms.
+    named_at = now[0]
+    lost = acknowledged_then_named("lost")
+    assert lost.next_send_at - named_at == pytest.approx(0.3 + 4 * 0.15)
+    now[0] = lost.next_send_at
+    assert [d.command for d in dispatcher.due()[0]] == [lost]
+    dispatcher.on_result(robot_answer(lost, 200, attempt=lost.attempt))
+    # Answers that beat their status bring the wait back down to the floor.
+    for index in range(40):
+        prompt = first_send(dispatcher, f"prompt-{index}")
+        dispatcher.on_result(robot_answer(prompt, 200))
+        dispatcher.on_status("amr_1", 0, 4, last_finished_key=prompt.robot_key)
+    named_at = now[0]
+    again = acknowledged_then_named("again")
+    assert again.next_send_at - named_at == pytest.approx(LOST_ANSWER_GRACE_S)
 
 
 def test_a_robot_gets_new_commands_as_fast_as_it_answers_the_last_ones() -> None:
