@@ -485,6 +485,7 @@ def run(
     requests = [submit_request(k, r, 0.0) for k, r in zip(keys, targets, strict=True)]
     cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     client_cpu_before = time.process_time()
+    retried_before = bench.retried
     profiled = [name for name in options.profile.split(",") if name]
     profilers = start_profilers(profiled, pids, scratch, "throughput")
     started = time.perf_counter()
@@ -522,6 +523,7 @@ def run(
     print(f"throughput_submit_phase_s={submitted - started:.2f}")
     print(f"throughput_s={elapsed:.2f}")
     print(f"throughput_commands_per_s={count / elapsed:.0f}")
+    print(f"throughput_re_sends={bench.retried - retried_before}")
     print(f"throughput_submit_answers={dict(sorted(stats.items()))}")
     print(f"throughput_final_seen_by_check_not_event={bench.finished_by_check}")
     print(f"throughput_completed_at_orchestrator={states.get(COMPLETED, 0)}")

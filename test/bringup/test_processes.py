@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 from fleet_idempotency.bringup import processes as processes_module
@@ -87,6 +88,29 @@ def test_a_crash_loop_backs_off_instead_of_spinning(tmp_path: Path, monkeypatch)
     delays = [restart.delay_s for restart in fleet.restarts[:3]]
     assert delays == [0.05, 0.1, 0.2]
     assert {restart.exit_code for restart in fleet.restarts} == {3}
+
+
+def test_a_child_that_stayed_up_is_restarted_promptly_again(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # A kill -9 of a node that got through its start-up is not a crash loop: the chaos
+    # run's kills of a host that had served 20-30 s each doubled the delay, up to 30 s.
+    monkeypatch.setattr(processes_module, "STABLE_AFTER_S", 0.5)
+    fleet = FleetProcesses(tmp_path / "logs", dict(os.environ), respawn_delay_s=0.05)
+    try:
+        fleet.start("node", [sys.executable, "-c", CHILD])
+        for kill in (1, 2):
+            wait_for(
+                lambda kill=kill: (
+                    fleet.log_tail("node").split().count("up") == kill
+                    and time.monotonic() - fleet.children["node"].started_at > 0.5
+                ),
+                timeout_s=30,
+                what="the child to be up past STABLE_AFTER_S",
+            )
+            fleet.crash("node")
+            assert fleet.wait_restarted("node", kill, timeout_s=30)
+    finally:
+        fleet.stop_all()
+    assert [restart.delay_s for restart in fleet.restarts] == [0.05, 0.05]
 
 
 def test_stopping_never_restarts(tmp_path: Path) -> None:
