@@ -492,13 +492,7 @@ class Dispatcher:
         now = self._clock()
         command.named_finished_at, command.named_at_attempt = now, command.attempt
         due_at = now + max(LOST_ANSWER_GRACE_S, lane.answer_lag.bound_s() or 0.0)
-        if command.next_send_at <= due_at:
-            return False
-        command.next_send_at = due_at
-        command.backoff_s = 0.0
-        command.acknowledged = False  # the re-send's answer acknowledges it again
-        self._at(due_at, _RETRY, lane.robot_id, command.robot_key)
-        return True
+        return self._bring_re_send_forward(lane, command, due_at, backoff_s=0.0)
 
     def _pull_in_lost_results(self, lane: RobotLane, queue_depth: int) -> bool:
         """A robot that holds fewer commands than it acknowledged to us finished some whose
@@ -513,15 +507,24 @@ class Dispatcher:
         due_at = self._clock() + wait_s
         pulled_in = False
         for command in acknowledged[:surplus]:
-            if command.next_send_at > due_at:
-                command.next_send_at = due_at
-                command.acknowledged = False  # the re-send's answer acknowledges it again
-                # Its backoff restarts from this wait: left at the acknowledgement's 30 s,
-                # a lost answer to this re-send cost retry_max_s (5 s) before the next.
-                command.backoff_s = wait_s
-                self._at(due_at, _RETRY, lane.robot_id, command.robot_key)
+            # Its backoff restarts from this wait: left at the acknowledgement's 30 s, a
+            # lost answer to this re-send cost retry_max_s (5 s) before the next.
+            if self._bring_re_send_forward(lane, command, due_at, backoff_s=wait_s):
                 pulled_in = True
         return pulled_in
+
+    def _bring_re_send_forward(
+        self, lane: RobotLane, command: PendingCommand, due_at: float, *, backoff_s: float
+    ) -> bool:
+        """Re-send ``command`` at ``due_at`` if it was due later (False: it was not), its
+        backoff restarting from ``backoff_s``."""
+        if command.next_send_at <= due_at:
+            return False
+        command.next_send_at = due_at
+        command.backoff_s = backoff_s
+        command.acknowledged = False  # the re-send's answer acknowledges it again
+        self._at(due_at, _RETRY, lane.robot_id, command.robot_key)
+        return True
 
     def on_result(self, answer: Answer) -> tuple[ResultEffect, PendingCommand | None]:
         with self._lock:

@@ -655,20 +655,26 @@ def robot_answer(command: PendingCommand, code: int, attempt: int = 1) -> Answer
     return Answer(command.robot_key, "wms", "amr_1", "dock", state, code, attempt=attempt)
 
 
+def steady_dispatcher(now: list[float], **settings: Any) -> tuple[Dispatcher, RobotLane]:
+    """amr_1 with room for 4, on the clock ``now[0]``: no jitter, never offline, first
+    re-send 0.5 s until answers are timed, then no sooner than 0.1 s (``settings``
+    override these)."""
+    steady = dict(
+        retry_initial_s=0.5,
+        retry_min_s=0.1,
+        retry_max_s=5.0,
+        retry_jitter=0.0,
+        offline_after_s=60.0,
+    )
+    return one_robot_dispatcher(
+        OrchestratorSettings(**{**steady, **settings}), capacity=4, clock=lambda: now[0]
+    )
+
+
 def test_a_status_that_shows_a_lost_result_brings_its_re_send_forward() -> None:
     now = [100.0]
-    dispatcher, _lane = one_robot_dispatcher(
-        OrchestratorSettings(
-            retry_initial_s=0.5,
-            retry_min_s=0.5,  # answers on this test clock take no time: the floor holds
-            retry_max_s=5.0,
-            retry_jitter=0.0,
-            offline_after_s=60.0,
-            unanswered_per_robot=3,
-        ),
-        capacity=4,
-        clock=lambda: now[0],
-    )
+    # Answers on this test clock take no time: a floor of 0.5 s holds.
+    dispatcher, _lane = steady_dispatcher(now, retry_min_s=0.5, unanswered_per_robot=3)
     commands = [dock_command(f"k-{i}") for i in range(3)]
     for command in commands:
         dispatcher.enqueue(command)
@@ -766,22 +772,6 @@ def test_re_sends_stretch_the_first_re_send_until_an_answer_is_timed_again() -> 
         lane.first_resend_after(dispatcher.settings)
     )
     assert lane.first_resend_after(dispatcher.settings) < 0.8
-
-
-def steady_dispatcher(now: list[float]) -> tuple[Dispatcher, RobotLane]:
-    """amr_1 with room for 4, on the clock ``now[0]``: no jitter, never offline, first
-    re-send 0.5 s until answers are timed."""
-    return one_robot_dispatcher(
-        OrchestratorSettings(
-            retry_initial_s=0.5,
-            retry_min_s=0.1,
-            retry_max_s=5.0,
-            retry_jitter=0.0,
-            offline_after_s=60.0,
-        ),
-        capacity=4,
-        clock=lambda: now[0],
-    )
 
 
 def test_a_robot_back_with_a_new_boot_id_gets_what_it_had_in_flight_at_once() -> None:
