@@ -23,23 +23,21 @@ SERVICE_QOS = QoSProfile(
 # Commands and results: every message matters and bursts happen (a retry wave after a
 # robot returns), so the same depth.
 RELIABLE_TOPIC_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
-# An orchestrator's boot id (OrchestratorBoot.msg): kept for subscribers that join late.
-BOOT_QOS = QoSProfile(
+# Only the latest message matters, and a subscriber that joins late gets it at once. A
+# transient-local subscription needs a transient-local publisher.
+LATEST_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST,
     depth=1,
     reliability=ReliabilityPolicy.RELIABLE,
     durability=DurabilityPolicy.TRANSIENT_LOCAL,
 )
-# Robot statuses: only the latest matters, and a late subscriber (a restarted orchestrator,
-# the HTTP API, a robot's first status published before anyone matched) gets it at once,
-# not a heartbeat later. A transient-local subscription needs a transient-local publisher:
-# upgrade robots before the orchestrator (a volatile status publisher matches nothing here).
-STATUS_QOS = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST,
-    depth=1,
-    reliability=ReliabilityPolicy.RELIABLE,
-    durability=DurabilityPolicy.TRANSIENT_LOCAL,
-)
+# An orchestrator's boot id (OrchestratorBoot.msg), for clients that start after it.
+BOOT_QOS = LATEST_QOS
+# Robot statuses: a late subscriber (a restarted orchestrator, the HTTP API, or anyone when
+# a robot's first status went out before they matched) hears the robot at once, not a
+# heartbeat later. Upgrade robots before the orchestrator: a volatile status publisher
+# matches nothing here.
+STATUS_QOS = LATEST_QOS
 
 
 def drop_default_event_handlers(node: Node) -> int:
