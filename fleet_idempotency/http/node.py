@@ -44,6 +44,7 @@ from fleet_idempotency.msg import (
 from fleet_idempotency.ros.convert import MAX_EVENTS_PER_BATCH, time_to_epoch
 from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import STARTUP_ERRORS
+from fleet_idempotency.ros.orchestrator_boots import OrchestratorBoots
 from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
 from fleet_idempotency.ros.qos import BOOT_QOS, RELIABLE_TOPIC_QOS, SERVICE_QOS, STATUS_QOS
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
@@ -58,6 +59,8 @@ from .metrics import HttpMetrics
 from .view import FleetView, RobotView
 
 LOOPBACK = "127.0.0.1"
+# The orchestrator's services and boot messages (this node talks to the primary one).
+API_NAMESPACE = "/fleet"
 # The first send after discovery is sometimes lost with its reply: re-send soon.
 FIRST_RESEND_S = 1.0
 RESEND_S = 3.0
@@ -98,10 +101,10 @@ class HttpApiNode(Node):
         # that this node's executor works through (see bench/bench_http.py).
         self.calls = rclpy.create_node("http_api_calls", context=self.context)
         self._submit = self.calls.create_client(
-            SubmitCommand, "/fleet/submit_command", qos_profile=SERVICE_QOS
+            SubmitCommand, f"{API_NAMESPACE}/submit_command", qos_profile=SERVICE_QOS
         )
         self._check = self.calls.create_client(
-            CheckKey, "/fleet/check_key", qos_profile=SERVICE_QOS
+            CheckKey, f"{API_NAMESPACE}/check_key", qos_profile=SERVICE_QOS
         )
         self._world = self.calls.create_client(
             GetWorldState, "/world/state", qos_profile=SERVICE_QOS
@@ -112,12 +115,9 @@ class HttpApiNode(Node):
         )
         # The orchestrator process serving now (OrchestratorBoot.msg): a request sent to
         # one that has since been replaced is re-sent at once, not after its patience.
-        self._boot: str | None = None
-        self._replacements = 0  # boot ids heard that replaced another
-        self._boot_lock = threading.Lock()
-        self._boot_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self._boots = OrchestratorBoots()
         self.calls.create_subscription(
-            OrchestratorBoot, "/fleet/boot", guard.topic("boot", self._on_boot), BOOT_QOS
+            OrchestratorBoot, f"{API_NAMESPACE}/boot", guard.topic("boot", self._on_boot), BOOT_QOS
         )
         self.create_subscription(
             FleetEventBatch,
@@ -234,13 +234,7 @@ class HttpApiNode(Node):
         return bool(self._submit.service_is_ready() and self._check.service_is_ready())
 
     def _on_boot(self, message: OrchestratorBoot) -> None:
-        with self._boot_lock:
-            replaced = self._boot is not None and self._boot != message.boot_id
-            self._boot = message.boot_id
-            self._replacements += replaced
-            waiting = list(self._boot_waiters) if replaced else []
-        for loop, wake in waiting:
-            loop.call_soon_threadsafe(wake.set)
+        self._boots.heard(API_NAMESPACE, message.boot_id)
 
     async def _call(
         self, client: Any, request: Any, *, deadline_s: float, wait_s: float = 0.0
@@ -256,43 +250,44 @@ class HttpApiNode(Node):
         follows_boot = client is not self._world
         give_up = loop.time() + deadline_s
 
-        def lost() -> int:
-            return sum(seen is not None and seen < self._replacements for _future, seen in sends)
+        def replacements() -> int:
+            return self._boots.replacements(API_NAMESPACE)
 
-        with self._boot_lock:
-            self._boot_waiters.add((loop, wake))
+        def lost() -> int:
+            return sum(seen is not None and seen < replacements() for _future, seen in sends)
+
+        wake_soon = functools.partial(loop.call_soon_threadsafe, wake.set)  # any thread
         try:
-            while True:
-                remaining = give_up - loop.time()
-                if remaining <= 0:
-                    raise Unavailable(
-                        f"no answer from {client.srv_name} within {deadline_s:g} s "
-                        f"({len(sends)} sends); retry with the same key"
-                    )
-                if not client.service_is_ready():
-                    await asyncio.sleep(min(0.1, remaining))
-                    continue
-                future = client.call_async(request)
-                future.add_done_callback(lambda _f: loop.call_soon_threadsafe(wake.set))
-                sends.append((future, self._replacements if follows_boot else None))
-                first = (len(sends) - lost()) == 1  # the first send to this process
-                patience = wait_s + (FIRST_RESEND_S if first else RESEND_S)
-                until = loop.time() + min(patience, remaining)
-                lost_before = lost()
+            with self._boots.waking(wake_soon):
                 while True:
-                    try:
-                        await asyncio.wait_for(wake.wait(), max(0.0, until - loop.time()))
-                    except TimeoutError:
-                        break
-                    wake.clear()
-                    answered = [f for f, _seen in sends if f.done()]
-                    if answered:
-                        return answered[0].result()
-                    if lost() > lost_before:
-                        break
+                    remaining = give_up - loop.time()
+                    if remaining <= 0:
+                        raise Unavailable(
+                            f"no answer from {client.srv_name} within {deadline_s:g} s "
+                            f"({len(sends)} sends); retry with the same key"
+                        )
+                    if not client.service_is_ready():
+                        await asyncio.sleep(min(0.1, remaining))
+                        continue
+                    future = client.call_async(request)
+                    future.add_done_callback(lambda _f: wake_soon())
+                    sends.append((future, replacements() if follows_boot else None))
+                    first = (len(sends) - lost()) == 1  # the first send to this process
+                    patience = wait_s + (FIRST_RESEND_S if first else RESEND_S)
+                    until = loop.time() + min(patience, remaining)
+                    lost_before = lost()
+                    while True:
+                        try:
+                            await asyncio.wait_for(wake.wait(), max(0.0, until - loop.time()))
+                        except TimeoutError:
+                            break
+                        wake.clear()
+                        answered = [f for f, _seen in sends if f.done()]
+                        if answered:
+                            return answered[0].result()
+                        if lost() > lost_before:
+                            break
         finally:
-            with self._boot_lock:
-                self._boot_waiters.discard((loop, wake))
             for future, _seen in sends:
                 if not future.done():
                     client.remove_pending_request(future)

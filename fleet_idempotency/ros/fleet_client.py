@@ -26,6 +26,7 @@ from fleet_idempotency.msg import (
     OrchestratorBoot,
     RobotStatus,
 )
+from fleet_idempotency.ros.orchestrator_boots import OrchestratorBoots
 from fleet_idempotency.ros.qos import BOOT_QOS, RELIABLE_TOPIC_QOS, SERVICE_QOS, STATUS_QOS
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 
@@ -85,10 +86,7 @@ class FleetClient:
         )
         # Which orchestrator process serves each namespace (OrchestratorBoot.msg): a
         # request sent to one that has since been replaced is re-sent at once.
-        self._boot_lock = threading.Lock()
-        self._boots: dict[str, str] = {}
-        self._replacements: dict[str, int] = {}
-        self._boot_waiters: set[threading.Event] = set()
+        self._boots = OrchestratorBoots()
         self._namespace_of: dict[int, str] = {}
         for namespace, submit, check in zip(namespaces, self._submit, self._check, strict=True):
             self._namespace_of[id(submit)] = self._namespace_of[id(check)] = namespace
@@ -143,20 +141,11 @@ class FleetClient:
 
     # --- calls ------------------------------------------------------------------------------
     def _on_boot(self, namespace: str, message: OrchestratorBoot) -> None:
-        with self._boot_lock:
-            previous = self._boots.get(namespace)
-            self._boots[namespace] = message.boot_id
-            replaced = previous is not None and previous != message.boot_id
-            if replaced:
-                self._replacements[namespace] = self._replacements.get(namespace, 0) + 1
-            waiting = list(self._boot_waiters) if replaced else []
-        for wake in waiting:
-            wake.set()
+        self._boots.heard(namespace, message.boot_id)
 
     def _replacements_of(self, server: Any) -> int:
-        namespace = self._namespace_of.get(id(server))
-        with self._boot_lock:
-            return self._replacements.get(namespace, 0) if namespace is not None else 0
+        namespace = self._namespace_of.get(id(server))  # None: the world's service
+        return self._boots.replacements(namespace) if namespace is not None else 0
 
     def _lost(self, send: _Send) -> bool:
         """Sent to an orchestrator process that has since been replaced: no answer comes."""
@@ -172,9 +161,7 @@ class FleetClient:
         sends: list[_Send] = []
         turn = 0
         give_up = time.monotonic() + deadline_s
-        with self._boot_lock:
-            self._boot_waiters.add(wake)
-        try:
+        with self._boots.waking(wake.set):
             while True:
                 client = servers[turn % len(servers)]
                 remaining = max(0.0, give_up - time.monotonic())
@@ -201,9 +188,6 @@ class FleetClient:
                         f"no answer from {client.srv_name} after {deadline_s:.0f} s "
                         f"({len(sends)} sends)"
                     )
-        finally:
-            with self._boot_lock:
-                self._boot_waiters.discard(wake)
 
     def _wait_for_answer_or_loss(
         self, sends: list[_Send], wake: threading.Event, wait_s: float
