@@ -46,7 +46,13 @@ from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import STARTUP_ERRORS
 from fleet_idempotency.ros.orchestrator_boots import OrchestratorBoots
 from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
-from fleet_idempotency.ros.qos import BOOT_QOS, RELIABLE_TOPIC_QOS, SERVICE_QOS, STATUS_QOS
+from fleet_idempotency.ros.qos import (
+    BOOT_QOS,
+    RELIABLE_TOPIC_QOS,
+    SERVICE_QOS,
+    STATUS_QOS,
+    drop_default_event_handlers,
+)
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 from fleet_idempotency.store.errors import InvalidRequest
 from fleet_idempotency.store.fingerprint import parse_json
@@ -141,6 +147,11 @@ class HttpApiNode(Node):
         self.create_subscription(
             DiagnosticArray, "/diagnostics", guard.topic("diagnostics", self._on_diagnostics), 10
         )
+        # No QoS event handlers: this node wakes for every result, event batch, status and
+        # diagnostic, and its executor walks each handler on every wake-up (~40 of them,
+        # half this process's CPU under the demo's load).
+        drop_default_event_handlers(self)
+        drop_default_event_handlers(self.calls)
         self.app = create_app(
             gateway=self,
             view=self.view,

@@ -27,7 +27,14 @@ from fleet_idempotency.msg import (
     RobotStatus,
 )
 from fleet_idempotency.ros.orchestrator_boots import OrchestratorBoots
-from fleet_idempotency.ros.qos import BOOT_QOS, RELIABLE_TOPIC_QOS, SERVICE_QOS, STATUS_QOS
+from fleet_idempotency.ros.qos import (
+    BOOT_QOS,
+    RELIABLE_TOPIC_QOS,
+    SERVICE_QOS,
+    STATUS_QOS,
+    drop_default_event_handlers,
+    quiet_subscription_events,
+)
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 
 FIRST_RESEND_S = 3.0
@@ -96,6 +103,9 @@ class FleetClient:
                 functools.partial(self._on_boot, namespace),
                 BOOT_QOS,
             )
+        # No QoS event handlers here nor on the subscriptions added later (on_results, ...):
+        # the executor walks every one on every wake-up, and the client wakes per message.
+        drop_default_event_handlers(self.node)
         # Its callbacks only set events and hand messages on. rclpy's MultiThreadedExecutor
         # kept a core busy here while submits waited, and the demo's latency rose
         # seven-fold (docs/design.md, "The ROS client").
@@ -119,7 +129,13 @@ class FleetClient:
 
     # --- subscriptions ----------------------------------------------------------------------
     def on_results(self, callback: Callable[[CommandResult], None]) -> None:
-        self.node.create_subscription(CommandResult, "/fleet/results", callback, RELIABLE_TOPIC_QOS)
+        self.node.create_subscription(
+            CommandResult,
+            "/fleet/results",
+            callback,
+            RELIABLE_TOPIC_QOS,
+            event_callbacks=quiet_subscription_events(),
+        )
 
     def on_events(self, callback: Callable[[FleetEvent], None]) -> None:
         """Every event, in order; taken in the orchestrator's batches (one message per
@@ -131,12 +147,20 @@ class FleetClient:
                 callback(event)
 
         self.node.create_subscription(
-            FleetEventBatch, "/fleet/event_batches", each, RELIABLE_TOPIC_QOS
+            FleetEventBatch,
+            "/fleet/event_batches",
+            each,
+            RELIABLE_TOPIC_QOS,
+            event_callbacks=quiet_subscription_events(),
         )
 
     def on_status(self, robot_id: str, callback: Callable[[RobotStatus], None]) -> None:
         self.node.create_subscription(
-            RobotStatus, f"/fleet/{robot_id}/status", callback, STATUS_QOS
+            RobotStatus,
+            f"/fleet/{robot_id}/status",
+            callback,
+            STATUS_QOS,
+            event_callbacks=quiet_subscription_events(),
         )
 
     # --- calls ------------------------------------------------------------------------------

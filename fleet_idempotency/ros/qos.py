@@ -8,7 +8,7 @@ history keeps every request and reply of a burst.
 
 from __future__ import annotations
 
-from rclpy.event_handler import EventHandler
+from rclpy.event_handler import EventHandler, SubscriptionEventCallbacks
 from rclpy.node import Node
 from rclpy.publisher import Publisher
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -61,3 +61,10 @@ def drop_default_event_handlers(node: Node) -> int:
             handler.destroy()
         dropped += len(handlers)
     return dropped
+
+
+def quiet_subscription_events() -> SubscriptionEventCallbacks:
+    """Event callbacks for a subscription created while its node is spinning: none, not
+    even rclpy's defaults. ``drop_default_event_handlers`` would then race the executor,
+    which walks the node's waitables on its own thread."""
+    return SubscriptionEventCallbacks(use_default_callbacks=False)

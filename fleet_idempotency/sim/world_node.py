@@ -19,7 +19,7 @@ from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.resources import default_fleet_file
 from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import run_nodes
-from fleet_idempotency.ros.qos import SERVICE_QOS
+from fleet_idempotency.ros.qos import SERVICE_QOS, drop_default_event_handlers
 from fleet_idempotency.sim.world import COUNTED_ACTIONS, Pose, World, WorldActionFailed
 from fleet_idempotency.srv import GetWorldState, WorldAction
 
@@ -51,6 +51,7 @@ class WorldSimulator(Node):
         )
         self._markers = self.create_publisher(MarkerArray, "/world/markers", 1)
         self.create_timer(marker_period_s, guard.timer("markers", self._publish_markers))
+        drop_default_event_handlers(self)  # they only log; the executor walks them per call
         self.get_logger().info(
             f"world from {fleet_file}: {len(fleet.world.slots)} slots, "
             f"{len(fleet.world.waypoints)} waypoints, {len(fleet.world.docks)} docks"
