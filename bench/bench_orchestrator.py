@@ -146,6 +146,8 @@ class Bench:
         # from CheckKey and the world.
         self.finished: dict[str, float] = {}
         self.retried = 0
+        self.retried_why: Counter[str] = Counter()
+        self.needless = 0
         self.offline = 0
         self.dispatched_at: dict[str, float] = {}  # latency keys: the event's wall-clock stamp
         self.finished_by_check = 0
@@ -166,14 +168,35 @@ class Bench:
 
     def _on_event(self, event: FleetEvent) -> None:
         if event.event_type == "result" and event.client_id == CLIENT:
+            if event.idempotency_key not in self.finished:
+                detail = json.loads(event.detail_json)
+                # Sends after the one answered found nothing lost: they were needless.
+                self.needless += max(
+                    0, detail.get("attempts", 0) - detail.get("answered_attempt", 0)
+                )
             self.finished.setdefault(event.idempotency_key, time.perf_counter())
         elif event.event_type == "retried":
             self.retried += 1  # a re-send: the robot's answer was late or lost
+            self.retried_why[json.loads(event.detail_json).get("why", "?")] += 1
         elif event.event_type == "robot_offline":
             self.offline += 1  # not heard for offline_after_s: re-sent in full when back
         elif event.event_type == "dispatched" and event.idempotency_key.startswith("lat-"):
             stamp = event.stamp.sec + event.stamp.nanosec * 1e-9
             self.dispatched_at[event.idempotency_key] = stamp
+
+    def retried_snapshot(self) -> tuple[int, Counter[str], int]:
+        return self.retried, Counter(self.retried_why), self.needless
+
+    def print_re_sends(self, prefix: str, before: tuple[int, Counter[str], int]) -> None:
+        """Re-sends since ``before``, by reason (the retried events' ``why``), and how
+        many found their command already answered (no fault is injected here, so every
+        re-send is needless; the reasons say which rule made them)."""
+        retried, why, needless = before
+        print(f"{prefix}_re_sends={self.retried - retried}")
+        by_reason = self.retried_why - why
+        reasons = ",".join(f"{reason}:{count}" for reason, count in sorted(by_reason.items()))
+        print(f"{prefix}_re_sends_by_reason={reasons}")
+        print(f"{prefix}_re_sends_answered_late={self.needless - needless}")
 
     def _on_bare_events(self, batch: FleetEventBatch) -> None:
         for event in batch.events:
@@ -485,7 +508,7 @@ def run(
     requests = [submit_request(k, r, 0.0) for k, r in zip(keys, targets, strict=True)]
     cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     client_cpu_before = time.process_time()
-    retried_before = bench.retried
+    retried_before = bench.retried_snapshot()
     profiled = [name for name in options.profile.split(",") if name]
     profilers = start_profilers(profiled, pids, scratch, "throughput")
     started = time.perf_counter()
@@ -523,7 +546,7 @@ def run(
     print(f"throughput_submit_phase_s={submitted - started:.2f}")
     print(f"throughput_s={elapsed:.2f}")
     print(f"throughput_commands_per_s={count / elapsed:.0f}")
-    print(f"throughput_re_sends={bench.retried - retried_before}")
+    bench.print_re_sends("throughput", retried_before)
     print(f"throughput_submit_answers={dict(sorted(stats.items()))}")
     print(f"throughput_final_seen_by_check_not_event={bench.finished_by_check}")
     print(f"throughput_completed_at_orchestrator={states.get(COMPLETED, 0)}")
@@ -612,7 +635,7 @@ def scaling_phase(
     profiled = [name for name in options.profile.split(",") if name]
     profilers = start_profilers(profiled, pids, scratch, f"scaling{phase}")
     cpu_before = {name: cpu_seconds(pid) for name, pid in fleet.items()}
-    retried_before, offline_before = bench.retried, bench.offline
+    retried_before, offline_before = bench.retried_snapshot(), bench.offline
     started = time.perf_counter()
     bench.call_many(
         bench.submit, requests, options.window, lambda answer: answer.status_code in (200, 202)
@@ -628,7 +651,7 @@ def scaling_phase(
     ]
     print(f"scaling_{phase}_{size}_commands_per_s={size / elapsed:.0f}")
     print(f"scaling_{phase}_{size}_cpu_us_per_command_fleet={used / size * 1e6:.0f}")
-    print(f"scaling_{phase}_{size}_re_sends={bench.retried - retried_before}")
+    bench.print_re_sends(f"scaling_{phase}_{size}", retried_before)
     print(f"scaling_{phase}_{size}_robots_gone_offline={bench.offline - offline_before}")
     for name, seconds in sorted(used_by.items()):
         print(f"scaling_{phase}_{size}_cpu_us_per_command_{name}={seconds / size * 1e6:.0f}")

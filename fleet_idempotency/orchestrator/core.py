@@ -517,11 +517,13 @@ class OrchestratorCore:
                 self.counters["sends_withheld_no_lease"] += 1
                 continue
             kind = EventType.RETRIED if item.is_retry else EventType.DISPATCHED
+            detail: dict[str, Any] = {"attempt": command.attempt}
+            if item.reason is not None:
+                detail["why"] = item.reason.value
+                self.counters[f"retries_{item.reason.value}"] += 1
             self.counters["retries" if item.is_retry else "dispatched"] += 1
             events.append(
-                self._journal.event(
-                    kind, command, {"attempt": command.attempt}, discriminator=str(command.attempt)
-                )
+                self._journal.event(kind, command, detail, discriminator=str(command.attempt))
             )
             delivery = Delivery(
                 key=command.robot_key,
@@ -622,7 +624,13 @@ class OrchestratorCore:
                 self._resend_later(command)
                 return
             kind = EventType.INTERRUPTED if answer.state == State.INTERRUPTED else EventType.RESULT
-            self._journal.append(kind, command, result_detail(record))
+            # Which send was answered, of how many: an answer to an earlier one than the
+            # last means the re-sends after it were needless (late, not lost).
+            detail = result_detail(record) | {
+                "answered_attempt": answer.attempt,
+                "attempts": command.attempt,
+            }
+            self._journal.append(kind, command, detail)
             self.counters[f"final_{answer.state.name.lower()}"] += 1
             self._forget(client_key)
             return

@@ -87,6 +87,19 @@ def robot_key(client_id: str, key: str) -> str:
     return f"{client_id}:#{hashlib.sha256(key.encode()).hexdigest()}"
 
 
+class ResendReason(Enum):
+    """Why a command in flight is sent again (the ``why`` of its retried event): what
+    tells a needless re-send (an answer that was only late) from a needed one."""
+
+    UNANSWERED = "unanswered"  # no answer within the robot's answer time (backoff)
+    ACKNOWLEDGED = "acknowledged"  # the robot held it (202) for acknowledged_resend_s
+    LOST_ANSWER = "lost_answer"  # an idle robot named it finished, its answer overdue
+    LOST_RESULT = "lost_result"  # the robot holds fewer than it acknowledged to us
+    ROBOT_BACK = "robot_back"  # the robot came back or restarted: all it had, at once
+    RESTORED = "restored"  # in flight when this orchestrator (re)started
+    NOT_STORED = "not_stored"  # its outcome could not be stored: asked for it again
+
+
 @dataclass
 class PendingCommand:
     """One accepted command between its acceptance and its final result."""
@@ -112,6 +125,8 @@ class PendingCommand:
     # waits for the backoff like any other.
     named_finished_at: float = 0.0
     named_at_attempt: int = 0
+    # Why its next re-send, if it comes, is made: the retried event says so.
+    resend_reason: ResendReason = ResendReason.UNANSWERED
 
 
 @dataclass
@@ -193,6 +208,7 @@ class Due:
     is_retry: bool
     # The lane's lease token when it became due (0 for a lone orchestrator).
     fencing_token: int = 0
+    reason: ResendReason | None = None  # a re-send's
 
 
 class ResultEffect(Enum):
@@ -265,6 +281,7 @@ class Dispatcher:
         with self._lock:
             command.dispatched = True
             command.next_send_at = 0.0
+            command.resend_reason = ResendReason.RESTORED
             self.lanes[command.robot_id].in_flight[command.robot_key] = command
             self._at(0.0, _RETRY, command.robot_id, command.robot_key)
 
@@ -278,7 +295,7 @@ class Dispatcher:
                 return False
             command.dispatched = True
             lane.in_flight[command.robot_key] = command
-            self._schedule(lane, command, self._clock())
+            self._schedule(lane, command, self._clock(), reason=ResendReason.NOT_STORED)
             return True
 
     def hold(self, robot_id: str, fencing_token: int) -> None:
@@ -343,7 +360,7 @@ class Dispatcher:
                         or command.next_send_at > now
                     ):
                         continue
-                    due.append(Due(command, True, lane.fencing_token))
+                    due.append(Due(command, True, lane.fencing_token, command.resend_reason))
                     # A timed-out send stretches the lane's first re-send; one made because
                     # the robot is back or restarted (backoff reset to 0) does not.
                     if not command.acknowledged and command.backoff_s > 0:
@@ -378,9 +395,11 @@ class Dispatcher:
         command: PendingCommand,
         now: float,
         backoff_s: float | None = None,
+        reason: ResendReason = ResendReason.UNANSWERED,
     ) -> None:
         """The command's next re-send: after ``backoff_s``, or the next step of its
         exponential backoff (a deadline set before is superseded: ``due`` skips it)."""
+        command.resend_reason = reason
         if backoff_s is not None:
             base = backoff_s
         elif command.backoff_s == 0:
@@ -433,6 +452,8 @@ class Dispatcher:
         for command in lane.in_flight.values():
             command.next_send_at = now
             command.backoff_s = 0.0
+            if command.resend_reason is not ResendReason.RESTORED:
+                command.resend_reason = ResendReason.ROBOT_BACK
             self._at(now, _RETRY, lane.robot_id, command.robot_key)
         return OnlineChange(
             lane.robot_id, True, len(lane.in_flight), len(lane.queue), restarted=restarted
@@ -492,7 +513,9 @@ class Dispatcher:
         now = self._clock()
         command.named_finished_at, command.named_at_attempt = now, command.attempt
         due_at = now + max(LOST_ANSWER_GRACE_S, lane.answer_lag.bound_s() or 0.0)
-        return self._bring_re_send_forward(lane, command, due_at, backoff_s=0.0)
+        return self._bring_re_send_forward(
+            lane, command, due_at, backoff_s=0.0, reason=ResendReason.LOST_ANSWER
+        )
 
     def _pull_in_lost_results(self, lane: RobotLane, queue_depth: int) -> bool:
         """A robot that holds fewer commands than it acknowledged to us finished some whose
@@ -509,12 +532,20 @@ class Dispatcher:
         for command in acknowledged[:surplus]:
             # Its backoff restarts from this wait: left at the acknowledgement's 30 s, a
             # lost answer to this re-send cost retry_max_s (5 s) before the next.
-            if self._bring_re_send_forward(lane, command, due_at, backoff_s=wait_s):
+            if self._bring_re_send_forward(
+                lane, command, due_at, backoff_s=wait_s, reason=ResendReason.LOST_RESULT
+            ):
                 pulled_in = True
         return pulled_in
 
     def _bring_re_send_forward(
-        self, lane: RobotLane, command: PendingCommand, due_at: float, *, backoff_s: float
+        self,
+        lane: RobotLane,
+        command: PendingCommand,
+        due_at: float,
+        *,
+        backoff_s: float,
+        reason: ResendReason,
     ) -> bool:
         """Re-send ``command`` at ``due_at`` if it was due later (False: it was not), its
         backoff restarting from ``backoff_s``."""
@@ -522,6 +553,7 @@ class Dispatcher:
             return False
         command.next_send_at = due_at
         command.backoff_s = backoff_s
+        command.resend_reason = reason
         command.acknowledged = False  # the re-send's answer acknowledges it again
         self._at(due_at, _RETRY, lane.robot_id, command.robot_key)
         return True
@@ -570,7 +602,13 @@ class Dispatcher:
                 # Re-sending on the retry schedule cost two re-sends per command under
                 # load (robots with 16 queued commands take seconds to reach the last),
                 # each a message, a store read and an answer.
-                self._schedule(lane, command, self._clock(), self.settings.acknowledged_resend_s)
+                self._schedule(
+                    lane,
+                    command,
+                    self._clock(),
+                    self.settings.acknowledged_resend_s,
+                    reason=ResendReason.ACKNOWLEDGED,
+                )
                 return ResultEffect.ACKNOWLEDGED, command
             return ResultEffect.UNEXPECTED, command
 

@@ -35,6 +35,7 @@ from fleet_idempotency.orchestrator.dispatch import (
     Dispatcher,
     OnlineChange,
     PendingCommand,
+    ResendReason,
     ResultEffect,
     RobotLane,
     StatusEffect,
@@ -231,6 +232,16 @@ def test_lost_results_are_recovered_by_retries_each_command_once(
     assert fleet.orchestrator.counters["retries"] > 0
     for key, robot in keys:
         assert fleet.effects("wms", key, robot) == 1
+    # Each re-send says why it was made, and each result which send it answered of how
+    # many: the figures that tell a lost answer from a late one.
+    fleet.orchestrator.flush_events()
+    events = list(fleet.events.read())
+    reasons = {ResendReason(e.detail["why"]) for e in events if e.event_type == EventType.RETRIED}
+    assert reasons and reasons <= set(ResendReason)
+    results = [e.detail for e in events if e.event_type == EventType.RESULT]
+    assert len(results) == len(keys)
+    assert all(1 <= r["answered_attempt"] <= r["attempts"] for r in results)
+    assert any(r["attempts"] > 1 for r in results)
 
 
 def test_orchestrator_crash_and_restart_loses_nothing_and_repeats_nothing(
@@ -876,6 +887,42 @@ def test_a_lost_answer_is_fetched_once_and_only_after_answers_usually_trail_the_
     named_at = now[0]
     again = acknowledged_then_named("again")
     assert again.next_send_at - named_at == pytest.approx(LOST_ANSWER_GRACE_S)
+
+
+def test_each_re_send_carries_the_rule_that_made_it() -> None:
+    now = [100.0]
+    dispatcher, _lane = steady_dispatcher(now, unanswered_per_robot=4)
+
+    def re_sent() -> list[tuple[str, ResendReason | None]]:
+        return [(d.command.key, d.reason) for d in dispatcher.due()[0] if d.is_retry]
+
+    unanswered = first_send(dispatcher, "unanswered")
+    now[0] = unanswered.next_send_at
+    assert re_sent() == [("unanswered", ResendReason.UNANSWERED)]
+    dispatcher.on_result(robot_answer(unanswered, 200, attempt=2))
+    held = first_send(dispatcher, "held")
+    dispatcher.on_result(robot_answer(held, 202))
+    now[0] = held.next_send_at  # acknowledged_resend_s later
+    assert re_sent() == [("held", ResendReason.ACKNOWLEDGED)]
+    dispatcher.on_result(robot_answer(held, 200, attempt=2))
+    # The robot holds none of the two it acknowledged: their results were lost.
+    results = [first_send(dispatcher, f"result-{i}") for i in range(2)]
+    for command in results:
+        dispatcher.on_result(robot_answer(command, 202))
+    dispatcher.on_status("amr_1", 1, 4)
+    now[0] = results[0].next_send_at
+    assert re_sent() == [("result-0", ResendReason.LOST_RESULT)]
+    dispatcher.on_result(robot_answer(results[0], 200, attempt=2))
+    dispatcher.on_result(robot_answer(results[1], 200))
+    answer = first_send(dispatcher, "answer")
+    dispatcher.on_status("amr_1", 0, 4, last_finished_key=answer.robot_key)
+    now[0] = answer.next_send_at
+    assert re_sent() == [("answer", ResendReason.LOST_ANSWER)]
+    dispatcher.on_result(robot_answer(answer, 200, attempt=2))
+    first_send(dispatcher, "back")
+    dispatcher.on_status("amr_1", 0, 4, "boot-1")
+    dispatcher.on_status("amr_1", 0, 4, "boot-2")
+    assert re_sent() == [("back", ResendReason.ROBOT_BACK)]
 
 
 def test_a_robot_gets_new_commands_as_fast_as_it_answers_the_last_ones() -> None:
