@@ -274,6 +274,13 @@ class Demo:
         def on_event(event: Any) -> None:
             with self._lock:
                 self.figures.events_seen[event.event_type] += 1
+                if event.event_type == "retried":
+                    why = json.loads(event.detail_json).get("why", "unknown")
+                    self.figures.re_sends_why[why] += 1
+                elif event.event_type in ("result", "interrupted"):
+                    detail = json.loads(event.detail_json)
+                    sends, answered = detail.get("attempts", 0), detail.get("answered_attempt", 0)
+                    self.figures.re_sends_answered_late += max(0, sends - answered)
 
         client.on_results(on_result)
         client.on_events(on_event)

@@ -44,6 +44,10 @@ class RunFigures:
     failures: list[str] = field(default_factory=list)
     results_seen: Counter[str] = field(default_factory=Counter)
     events_seen: Counter[str] = field(default_factory=Counter)
+    # The orchestrator's re-sends by the rule that made them (retried events' "why"), and
+    # how many of them were needless: their command's answer to an earlier send settled it.
+    re_sends_why: Counter[str] = field(default_factory=Counter)
+    re_sends_answered_late: int = 0
     wall_s: float = 0.0
 
 
@@ -169,6 +173,13 @@ def check_invariants(
     return invariants
 
 
+def _re_sends_detail(figures: RunFigures) -> str:
+    if not figures.re_sends_why:
+        return ""
+    why = ", ".join(f"{reason} {count}" for reason, count in figures.re_sends_why.most_common())
+    return f" ({why}; {figures.re_sends_answered_late} answered late, not lost)"
+
+
 def render(figures: RunFigures, invariants: list[Invariant], world: dict[str, Any]) -> str:
     lat = figures.latencies_s
     keys_with_effects = world.get("keys_with_side_effects", 0)
@@ -183,7 +194,8 @@ def render(figures: RunFigures, invariants: list[Invariant], world: dict[str, An
         + ", ".join(f"{k} {v}" for k, v in sorted(figures.final_states.items())),
         f"submit calls        {figures.submit_calls} (client re-sends {figures.client_resubmits},"
         f" deliberate retries verified {figures.replays_verified})",
-        f"orchestrator        dispatched {events['dispatched']}, retried {events['retried']}, "
+        f"orchestrator        dispatched {events['dispatched']}, retried {events['retried']}"
+        f"{_re_sends_detail(figures)}, "
         f"duplicates suppressed {events['duplicate_suppressed']}, "
         f"mismatches rejected {events['mismatch_rejected']}, busy {events['busy']}",
         f"robots answered     replays {figures.results_seen['replayed']}, in progress (409) "

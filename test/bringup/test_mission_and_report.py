@@ -148,6 +148,10 @@ def test_report_renders_figures_and_verdict() -> None:
         unfinished_keys=[],
         figures=figures,
     )
+    figures.events_seen["retried"] = 3
+    figures.re_sends_why.update({"lost_answer": 2, "unanswered": 1})
+    figures.re_sends_answered_late = 1
     text = render(figures, invariants, world)
     assert "COMPLETED 10" in text and "p50 200 ms" in text
+    assert "retried 3 (lost_answer 2, unanswered 1; 1 answered late, not lost)" in text
     assert text.strip().endswith("result: PASS")
