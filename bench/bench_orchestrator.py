@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -39,6 +40,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +133,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@dataclass
+class EventTally:
+    """What the fleet's event stream said, counted as it arrives."""
+
+    retried: int = 0
+    why: Counter[str] = field(default_factory=Counter)  # retried events by their "why"
+    answered_late: int = 0  # sends after the one a result answered
+    batches: int = 0
+    events: int = 0
+
+    def copy(self) -> EventTally:
+        return dataclasses.replace(self, why=Counter(self.why))
+
+
 class Bench:
     def __init__(self, context: Any) -> None:
         self.node = rclpy.create_node("bench_orchestrator_client", context=context)
@@ -145,9 +161,7 @@ class Bench:
         # Progress signal only (a keep-last topic may drop under load); the verdict comes
         # from CheckKey and the world.
         self.finished: dict[str, float] = {}
-        self.retried = 0
-        self.retried_why: Counter[str] = Counter()
-        self.needless = 0
+        self.tally = EventTally()
         self.offline = 0
         self.dispatched_at: dict[str, float] = {}  # latency keys: the event's wall-clock stamp
         self.finished_by_check = 0
@@ -163,6 +177,8 @@ class Bench:
         )
 
     def _on_event_batch(self, batch: FleetEventBatch) -> None:
+        self.tally.batches += 1
+        self.tally.events += len(batch.events)
         for event in batch.events:
             self._on_event(event)
 
@@ -171,32 +187,32 @@ class Bench:
             if event.idempotency_key not in self.finished:
                 detail = json.loads(event.detail_json)
                 # Sends after the one answered found nothing lost: they were needless.
-                self.needless += max(
+                self.tally.answered_late += max(
                     0, detail.get("attempts", 0) - detail.get("answered_attempt", 0)
                 )
             self.finished.setdefault(event.idempotency_key, time.perf_counter())
         elif event.event_type == "retried":
-            self.retried += 1  # a re-send: the robot's answer was late or lost
-            self.retried_why[json.loads(event.detail_json).get("why", "?")] += 1
+            self.tally.retried += 1  # a re-send: the robot's answer was late or lost
+            self.tally.why[json.loads(event.detail_json).get("why", "?")] += 1
         elif event.event_type == "robot_offline":
             self.offline += 1  # not heard for offline_after_s: re-sent in full when back
         elif event.event_type == "dispatched" and event.idempotency_key.startswith("lat-"):
             stamp = event.stamp.sec + event.stamp.nanosec * 1e-9
             self.dispatched_at[event.idempotency_key] = stamp
 
-    def retried_snapshot(self) -> tuple[int, Counter[str], int]:
-        return self.retried, Counter(self.retried_why), self.needless
-
-    def print_re_sends(self, prefix: str, before: tuple[int, Counter[str], int]) -> None:
-        """Re-sends since ``before``, by reason (the retried events' ``why``), and how
-        many found their command already answered (no fault is injected here, so every
-        re-send is needless; the reasons say which rule made them)."""
-        retried, why, needless = before
-        print(f"{prefix}_re_sends={self.retried - retried}")
-        by_reason = self.retried_why - why
+    def print_events(self, prefix: str, before: EventTally, commands: int) -> None:
+        """Since ``before``: re-sends, by reason (the retried events' ``why``), and how many
+        found their command already answered (no fault is injected here, so every re-send
+        is needless; the reasons say which rule made them); event batches per command."""
+        now = self.tally
+        print(f"{prefix}_re_sends={now.retried - before.retried}")
+        by_reason = now.why - before.why
         reasons = ",".join(f"{reason}:{count}" for reason, count in sorted(by_reason.items()))
         print(f"{prefix}_re_sends_by_reason={reasons}")
-        print(f"{prefix}_re_sends_answered_late={self.needless - needless}")
+        print(f"{prefix}_re_sends_answered_late={now.answered_late - before.answered_late}")
+        batches = now.batches - before.batches
+        print(f"{prefix}_event_batches_per_command={batches / max(commands, 1):.2f}")
+        print(f"{prefix}_events_per_batch={(now.events - before.events) / max(batches, 1):.2f}")
 
     def _on_bare_events(self, batch: FleetEventBatch) -> None:
         for event in batch.events:
@@ -508,7 +524,7 @@ def run(
     requests = [submit_request(k, r, 0.0) for k, r in zip(keys, targets, strict=True)]
     cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     client_cpu_before = time.process_time()
-    retried_before = bench.retried_snapshot()
+    events_before = bench.tally.copy()
     profiled = [name for name in options.profile.split(",") if name]
     profilers = start_profilers(profiled, pids, scratch, "throughput")
     started = time.perf_counter()
@@ -546,7 +562,7 @@ def run(
     print(f"throughput_submit_phase_s={submitted - started:.2f}")
     print(f"throughput_s={elapsed:.2f}")
     print(f"throughput_commands_per_s={count / elapsed:.0f}")
-    bench.print_re_sends("throughput", retried_before)
+    bench.print_events("throughput", events_before, options.commands)
     print(f"throughput_submit_answers={dict(sorted(stats.items()))}")
     print(f"throughput_final_seen_by_check_not_event={bench.finished_by_check}")
     print(f"throughput_completed_at_orchestrator={states.get(COMPLETED, 0)}")
@@ -635,7 +651,7 @@ def scaling_phase(
     profiled = [name for name in options.profile.split(",") if name]
     profilers = start_profilers(profiled, pids, scratch, f"scaling{phase}")
     cpu_before = {name: cpu_seconds(pid) for name, pid in fleet.items()}
-    retried_before, offline_before = bench.retried_snapshot(), bench.offline
+    events_before, offline_before = bench.tally.copy(), bench.offline
     started = time.perf_counter()
     bench.call_many(
         bench.submit, requests, options.window, lambda answer: answer.status_code in (200, 202)
@@ -651,7 +667,7 @@ def scaling_phase(
     ]
     print(f"scaling_{phase}_{size}_commands_per_s={size / elapsed:.0f}")
     print(f"scaling_{phase}_{size}_cpu_us_per_command_fleet={used / size * 1e6:.0f}")
-    bench.print_re_sends(f"scaling_{phase}_{size}", retried_before)
+    bench.print_events(f"scaling_{phase}_{size}", events_before, size)
     print(f"scaling_{phase}_{size}_robots_gone_offline={bench.offline - offline_before}")
     for name, seconds in sorted(used_by.items()):
         print(f"scaling_{phase}_{size}_cpu_us_per_command_{name}={seconds / size * 1e6:.0f}")
