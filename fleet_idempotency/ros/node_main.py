@@ -49,8 +49,9 @@ def make_executor(kind: str, threads: int) -> Executor:
     ``multi``: MultiThreadedExecutor, for nodes whose callbacks block (waiting submits).
 
     ``rclpy.experimental.EventsExecutor`` (a C++ event queue) would be cheaper still, but in
-    the Jazzy wheels measured here its timers never fired and ``shutdown`` hung, so it is
-    not offered (docs/design.md, "Speed").
+    the Jazzy wheels measured here its timers never fired and ``spin`` held the GIL, so it
+    is not offered for whole nodes; side nodes of subscriptions only use it
+    (``ros/side_thread.EventsSpinner``, docs/design.md, "Speed").
     """
     if kind == "multi":
         return MultiThreadedExecutor(num_threads=threads)

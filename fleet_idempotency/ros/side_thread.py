@@ -11,6 +11,7 @@ import threading
 
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
+from rclpy.experimental import EventsExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
@@ -40,6 +41,36 @@ def spin_on_thread(node: Node, thread_name: str) -> SingleThreadedExecutor:
     executor.add_node(node)
     threading.Thread(target=_spin, args=(executor,), name=thread_name, daemon=True).start()
     return executor
+
+
+class EventsSpinner:
+    """Spin ``node`` on a daemon thread with rclpy's EventsExecutor (a C++ event queue:
+    no wait set rebuilt in Python per message). For nodes of many subscriptions and no
+    timers, created before the spinner: in this Jazzy its timers never fire, its
+    ``spin()`` holds the GIL for good (so it is driven by ``spin_once`` with a timeout,
+    which releases it while waiting), and a thread still inside it when the context goes
+    aborts the process, so ``shutdown`` joins the thread first."""
+
+    POLL_S = 0.1  # how soon shutdown is noticed
+
+    def __init__(self, node: Node, thread_name: str) -> None:
+        self._executor = EventsExecutor(context=node.context)
+        self._executor.add_node(node)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._executor.spin_once(timeout_sec=self.POLL_S)
+        except Exception:  # the context was shut down under us: nothing left to serve
+            return
+
+    def shutdown(self, timeout_sec: float = 1.0) -> bool:
+        self._stop.set()
+        self._thread.join(timeout_sec + self.POLL_S)
+        return bool(self._executor.shutdown(timeout_sec=timeout_sec))
 
 
 def _spin(executor: SingleThreadedExecutor) -> None:

@@ -104,7 +104,8 @@ def test_orchestrator_kill_9_with_work_queued_and_in_flight(fleet: FleetHarness)
         )
         assert final.status_code == 200, final.message
         assert effects(fleet, "wms", key, robot) == 1
-    fleet.children.kill("orchestrator", signal.SIGTERM)
+    # A clean exit: a side thread still inside rclpy when the context goes aborts it.
+    assert fleet.children.kill("orchestrator", signal.SIGTERM) == 0
 
     root = fleet.store_dir / "orchestrator"
     with LmdbEventLog(EventLogConfig(path=root / "events")) as log:

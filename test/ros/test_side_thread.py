@@ -1,0 +1,57 @@
+"""Side nodes spun apart from a node's main executor (ros/side_thread.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from std_msgs.msg import String
+
+from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, quiet_subscription_events
+from fleet_idempotency.ros.side_thread import EventsSpinner, side_node, spin_on_thread
+
+TIMEOUT_S = 20.0
+
+
+def test_an_events_spinner_serves_many_subscriptions_and_stops_its_thread(
+    ros_context: Any,
+) -> None:
+    listening = side_node("events_listening", ros_context)
+    heard: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def on(topic: str, _message: String) -> None:
+        with lock:
+            heard[topic] = heard.get(topic, 0) + 1
+
+    topics = [f"/side_thread_test/t{index}" for index in range(20)]
+    for topic in topics:
+        listening.create_subscription(
+            String,
+            topic,
+            lambda message, topic=topic: on(topic, message),
+            RELIABLE_TOPIC_QOS,
+            event_callbacks=quiet_subscription_events(),
+        )
+    spinner = EventsSpinner(listening, "events-listening")
+    talking = side_node("events_talking", ros_context)
+    publishers = [talking.create_publisher(String, t, RELIABLE_TOPIC_QOS) for t in topics]
+    talker = spin_on_thread(talking, "events-talking")
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            with lock:
+                if len(heard) == len(topics):
+                    break
+            assert time.monotonic() < deadline, f"heard only {sorted(heard)}"
+            for publisher in publishers:
+                publisher.publish(String(data="x"))
+            time.sleep(0.05)
+    finally:
+        assert spinner.shutdown(timeout_sec=1.0)
+        talker.shutdown(timeout_sec=1.0)
+    # Nothing of the spinner is left inside rclpy when the context goes.
+    assert not [t for t in threading.enumerate() if t.name == "events-listening"]
+    for node in (listening, talking):
+        node.destroy_node()
