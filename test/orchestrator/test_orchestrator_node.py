@@ -77,11 +77,13 @@ def test_dropped_results_are_recovered_by_retries_exactly_once(fleet: FleetHarne
     for key, robot in keys:
         assert effects(fleet, "wms", key, robot) == 1
     # The faults really happened: lost results were recovered by re-sends of the same key.
+    # Which answers the seeded draws hit depends on their order (202s, finals, replays),
+    # which timing shifts: 2-5 keys in practice; none would take 0.6**16 of finals kept.
     with LmdbEventLog(
         EventLogConfig(path=fleet.store_dir / "orchestrator" / "events"), readonly=True
     ) as log:
         retried = {event.key for event in log.read() if event.event_type == EventType.RETRIED}
-    assert len(retried) >= 3, f"only {len(retried)} keys needed a re-send: were results dropped?"
+    assert retried, "no key needed a re-send: were results dropped?"
 
 
 def test_orchestrator_kill_9_with_work_queued_and_in_flight(fleet: FleetHarness) -> None:
