@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable
 
 from builtin_interfaces.msg import Time
 from rclpy.context import Context
-from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
@@ -29,7 +28,12 @@ from fleet_idempotency.msg import CommandResult, FleetCommand, RobotStatus
 from fleet_idempotency.protocol import Delivery
 from fleet_idempotency.ros.convert import delivery_to_msg
 from fleet_idempotency.ros.guard import CallbackGuard
-from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, SERVICE_QOS, STATUS_QOS
+from fleet_idempotency.ros.qos import (
+    RELIABLE_TOPIC_QOS,
+    SERVICE_QOS,
+    STATUS_QOS,
+    quiet_subscription_events,
+)
 from fleet_idempotency.ros.side_thread import EventsSpinner, side_node, spin_on_thread
 from fleet_idempotency.srv import CheckKey
 
@@ -69,7 +73,7 @@ class RobotLinks:
                 f"/fleet/{robot_id}/status",
                 guard.topic("robot_status", functools.partial(_heard_on, on_status, robot_id)),
                 STATUS_QOS,
-                event_callbacks=SubscriptionEventCallbacks(use_default_callbacks=False),
+                event_callbacks=quiet_subscription_events(),
             )
         # A status woke rclpy's Python executor, which walked all 50 subscriptions to take
         # it (~450 us of CPU per status here); the events executor takes it from a queue.
@@ -100,7 +104,7 @@ class RobotLinks:
             "/fleet/results",
             on_result,
             RELIABLE_TOPIC_QOS,
-            event_callbacks=SubscriptionEventCallbacks(use_default_callbacks=False),
+            event_callbacks=quiet_subscription_events(),
         )
 
     def send(self, delivery: Delivery, stamp: Time) -> None:
