@@ -54,6 +54,7 @@ from fleet_idempotency.bringup.postgres import LocalPostgres
 from fleet_idempotency.bringup.report import percentile
 from fleet_idempotency.msg import FleetEvent, FleetEventBatch
 from fleet_idempotency.orchestrator.core import robot_key
+from fleet_idempotency.orchestrator.journal import needless_sends
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 from fleet_idempotency.store import IdempotencyStore, StoreConfig
@@ -185,11 +186,8 @@ class Bench:
     def _on_event(self, event: FleetEvent) -> None:
         if event.event_type == "result" and event.client_id == CLIENT:
             if event.idempotency_key not in self.finished:
-                detail = json.loads(event.detail_json)
                 # Sends after the one answered found nothing lost: they were needless.
-                self.tally.answered_late += max(
-                    0, detail.get("attempts", 0) - detail.get("answered_attempt", 0)
-                )
+                self.tally.answered_late += needless_sends(json.loads(event.detail_json))
             self.finished.setdefault(event.idempotency_key, time.perf_counter())
         elif event.event_type == "retried":
             self.tally.retried += 1  # a re-send: the robot's answer was late or lost

@@ -39,6 +39,7 @@ from fleet_idempotency.bringup.processes import FleetProcesses, Restart
 from fleet_idempotency.bringup.report import RunFigures, check_invariants, render
 from fleet_idempotency.http.ports import available_port
 from fleet_idempotency.orchestrator.core import robot_key
+from fleet_idempotency.orchestrator.journal import needless_sends
 from fleet_idempotency.orchestrator.postgres_leases import PostgresLeaseTable
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.ros.fleet_client import FleetClient, NoAnswer
@@ -279,8 +280,7 @@ class Demo:
                     self.figures.re_sends_why[why] += 1
                 elif event.event_type in ("result", "interrupted"):
                     detail = json.loads(event.detail_json)
-                    sends, answered = detail.get("attempts", 0), detail.get("answered_attempt", 0)
-                    self.figures.re_sends_answered_late += max(0, sends - answered)
+                    self.figures.re_sends_answered_late += needless_sends(detail)
 
         client.on_results(on_result)
         client.on_events(on_event)

@@ -75,7 +75,7 @@ from .dispatch import (
     StatusEffect,
     robot_key,
 )
-from .journal import Journal, accepted_detail, result_detail
+from .journal import Journal, accepted_detail, result_detail, settled_detail
 
 CLIENT_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 # A submit may wait at most this long for its final result; longer waits are the status
@@ -624,12 +624,9 @@ class OrchestratorCore:
                 self._resend_later(command)
                 return
             kind = EventType.INTERRUPTED if answer.state == State.INTERRUPTED else EventType.RESULT
-            # Which send was answered, of how many: an answer to an earlier one than the
-            # last means the re-sends after it were needless (late, not lost).
-            detail = result_detail(record) | {
-                "answered_attempt": answer.attempt,
-                "attempts": command.attempt,
-            }
+            detail = settled_detail(
+                record, answered_attempt=answer.attempt, attempts=command.attempt
+            )
             self._journal.append(kind, command, detail)
             self.counters[f"final_{answer.state.name.lower()}"] += 1
             self._forget(client_key)

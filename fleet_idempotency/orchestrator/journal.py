@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fleet_idempotency.events import EventLog, EventLogUnavailable, EventType, FleetEventRecord
@@ -48,6 +48,17 @@ def result_detail(record: Record) -> dict[str, Any]:
         "status_code": record.status_code,
         "result_json": record.result_json,
     }
+
+
+def settled_detail(record: Record, *, answered_attempt: int, attempts: int) -> dict[str, Any]:
+    """A result's detail with which send was answered, of how many: an answer to an
+    earlier one than the last means the re-sends after it were needless (late, not lost)."""
+    return result_detail(record) | {"answered_attempt": answered_attempt, "attempts": attempts}
+
+
+def needless_sends(detail: Mapping[str, Any]) -> int:
+    """How many sends came after the one a result (``settled_detail``) answered."""
+    return max(0, int(detail.get("attempts", 0)) - int(detail.get("answered_attempt", 0)))
 
 
 class Journal:
