@@ -344,7 +344,8 @@ def main() -> None:
     parser.add_argument("--robot-capacity", type=int, default=16)
     parser.add_argument("--window", type=int, default=64, help="outstanding submits")
     parser.add_argument("--hosts", type=int, default=2, help="agent_host processes")
-    parser.add_argument("--host-threads", type=int, default=4)
+    parser.add_argument("--host-threads", type=int, default=4, help="with --host-executor multi")
+    parser.add_argument("--host-executor", default="events", choices=["events", "multi", "single"])
     parser.add_argument(
         "--profile",
         nargs="?",
@@ -428,6 +429,8 @@ def bench_fleet(options: argparse.Namespace) -> None:
                     "0",
                     "--threads",
                     str(options.host_threads),
+                    "--executor",
+                    options.host_executor,
                 ],
             )
         spawn("echo", [sys.executable, "-c", ECHO])

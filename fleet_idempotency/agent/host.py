@@ -6,7 +6,7 @@ for their periodic jobs and one /diagnostics publisher, which saves the ~80 MB a
 start-up time of one Python process per simulated robot, and an idle host's CPU.
 
     agent_host --fleet config/fleet.yaml --store-dir /tmp/fleet [--robots amr_1,amr_2]
-        [--time-scale 0.05] [--threads 8]
+        [--time-scale 0.05] [--executor events|single|multi] [--threads 8]
 """
 
 from __future__ import annotations
@@ -34,7 +34,12 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--robots", default="", help="comma-separated ids (default: all)")
     parser.add_argument("--time-scale", type=float, default=None)
     parser.add_argument("--threads", type=int, default=8, help="with --executor multi")
-    parser.add_argument("--executor", default="single", choices=["multi", "single"])
+    parser.add_argument(
+        "--executor",
+        default="events",
+        choices=["events", "multi", "single"],
+        help="events: rclpy's EventsExecutor, the periodic work run between events",
+    )
     parser.add_argument("--keyring-dir", type=Path, default=None, help="see bringup/keys.py")
     return parser.parse_args(argv)
 
@@ -47,13 +52,15 @@ def hosted_agents(
     time_scale: float | None = None,
     keyring_dir: Path | None = None,
     context: Context | None = None,
+    shared: AgentProcessWork | None = None,
 ) -> list[AgentDriver]:
-    """The agents of one process, sharing one timer for their periodic jobs."""
+    """The agents of one process, sharing one timer for their periodic jobs (or none:
+    ``shared`` made with ``timer=False``, whose work the caller's loop runs)."""
     agents = []
     # One timer for the whole process runs every agent's heartbeat, diagnostics, GC and
     # keyring reloads (agent/periodic.py): per-agent timers woke the executor ~50 times a
     # second for 25 agents, each wake-up walking all their entities in Python.
-    shared = AgentProcessWork()
+    shared = AgentProcessWork() if shared is None else shared
     for index, robot in enumerate(robots):
         spec = agent_node(
             fleet,
@@ -91,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     fleet = load_fleet(options.fleet)
     wanted = [r for r in options.robots.split(",") if r]
     robots = [r for r in fleet.robots if not wanted or r.id in wanted]
+    events = options.executor == "events"
+    shared = AgentProcessWork(timer=not events)
 
     def make_agents() -> list[AgentDriver]:
         return hosted_agents(
@@ -99,10 +108,16 @@ def main(argv: list[str] | None = None) -> None:
             store_dir=options.store_dir,
             time_scale=options.time_scale,
             keyring_dir=options.keyring_dir,
+            shared=shared,
         )
 
     run_nodes(
-        "agent_host", make_agents, threads=options.threads, executor=options.executor, args=argv
+        "agent_host",
+        make_agents,
+        threads=options.threads,
+        executor=options.executor,
+        args=argv,
+        between_events=shared.work.run_if_due if events else None,
     )
 
 

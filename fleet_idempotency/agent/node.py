@@ -56,9 +56,11 @@ from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 
 class AgentProcessWork:
     """What the agents of one process share: their periodic jobs, run by one timer, and
-    one /diagnostics publisher carrying every agent's status (see agent/periodic.py)."""
+    one /diagnostics publisher carrying every agent's status (see agent/periodic.py).
+    ``timer=False``: no timer; the process's event loop runs ``work.run_if_due``."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, timer: bool = True) -> None:
+        self._with_timer = timer
         self.work = PeriodicWork()
         self.diagnostics: list[StoreDiagnostics] = []
         self.timer: Any = None
@@ -119,8 +121,9 @@ class AgentProcessWork:
             publisher = DiagnosticsPublisher(node)
             publisher.sources = self.diagnostics
             self.work.every(DIAGNOSTICS_PERIOD_S, publisher.publish, name="diagnostics")
-        tick_s = self.work.tick_s()
-        self.timer = node.create_timer(tick_s, lambda: self.work.run_due(tick_s))
+        if self._with_timer:
+            tick_s = self.work.tick_s()
+            self.timer = node.create_timer(tick_s, lambda: self.work.run_due(tick_s))
 
 
 class AgentDriver(Node):

@@ -6,11 +6,13 @@ per job and agent, an ``agent_host`` of 25 agents woke its executor ~50 times a 
 and every wake-up rebuilds the wait set of all the process's entities in Python: an idle
 host burnt a quarter of a core. Here every job of every agent in the process is a
 ``Job`` in one ``PeriodicWork``, and the process has a single timer, ticking at the
-shortest job period, that runs whatever is due (``run_due``). No ROS imports.
+shortest job period, that runs whatever is due (``run_due``), or none: a process that
+waits for events on its own loop runs it between them (``run_if_due``). No ROS imports.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +36,7 @@ class PeriodicWork:
         self._clock = clock
         self._jobs: list[Job] = []
         self._lock = threading.Lock()
+        self._next_due = math.inf  # of the earliest job (a cancelled one may be earlier)
 
     def every(self, period_s: float, callback: Callable[[], None], *, name: str) -> Job:
         """Run ``callback`` every ``period_s``, the first time one period from now."""
@@ -42,6 +45,7 @@ class PeriodicWork:
         job = Job(name, float(period_s), callback, self._clock() + period_s)
         with self._lock:
             self._jobs.append(job)
+            self._next_due = min(self._next_due, job.due)
         return job
 
     @property
@@ -66,9 +70,20 @@ class PeriodicWork:
                 # Keep the cadence, but after a stall start again from now rather than
                 # running a backlog of missed periods.
                 job.due = max(job.due + job.period_s, now + job.period_s - slack)
+            self._next_due = min((job.due for job in self._jobs), default=math.inf)
         ran = 0
         for job in due:
             if not job.cancelled:
                 job.callback()
                 ran += 1
         return ran
+
+    def run_if_due(self) -> float:
+        """For a loop that waits for events between calls (``ros/node_main.spin_events``):
+        run what is due, if anything is; the seconds until the next job is due. Costs one
+        clock read when nothing is, as it is after almost every event."""
+        wait_s = self._next_due - self._clock()
+        if wait_s > 0:
+            return wait_s
+        self.run_due()
+        return max(0.0, self._next_due - self._clock())

@@ -20,6 +20,7 @@ from rclpy.executors import (
     MultiThreadedExecutor,
     SingleThreadedExecutor,
 )
+from rclpy.experimental import EventsExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
@@ -44,20 +45,42 @@ STARTUP_ERRORS = (
 )
 
 
+# The longest a loop of ``spin_events`` waits: the context's shutdown wakes it, this
+# bounds the wait should that wake-up come between its check and its wait.
+EVENTS_POLL_S = 1.0
+
+
 def make_executor(kind: str, threads: int) -> Executor:
     """``single``: one thread, the cheapest wake-up rclpy's Python executors have;
     ``multi``: MultiThreadedExecutor, for nodes whose callbacks block (waiting submits).
-
-    ``rclpy.experimental.EventsExecutor`` (a C++ event queue) would be cheaper still, but in
-    the Jazzy wheels measured here its timers never fired and ``spin`` held the GIL, so it
-    is not offered for whole nodes; side nodes of subscriptions only use it
-    (``ros/side_thread.EventsSpinner``, docs/design.md, "Speed").
-    """
+    (``events`` is not an executor handed out: see ``spin_events``.)"""
     if kind == "multi":
         return MultiThreadedExecutor(num_threads=threads)
     if kind == "single":
         return SingleThreadedExecutor()
     raise ValueError(f"unknown executor {kind!r} (events, multi or single)")
+
+
+def spin_events(nodes: Sequence[Node], between_events: Callable[[], float] | None = None) -> None:
+    """Serve ``nodes`` with rclpy's EventsExecutor (a C++ event queue: no wait set rebuilt
+    in Python per message) on this thread, until the context shuts down.
+
+    In the Jazzy wheels measured here its timers never fire and its ``spin()`` holds the
+    GIL for good, so it is driven by ``spin_once`` with a timeout (which releases the GIL
+    while waiting), and a node's periodic work is ``between_events``: called after every
+    event or timeout, it returns the seconds until it wants calling again. Nodes must
+    create their entities before this starts and no timers."""
+    executor = EventsExecutor()
+    for node in nodes:
+        executor.add_node(node)
+    try:
+        wait_s = EVENTS_POLL_S
+        while rclpy.ok():
+            executor.spin_once(timeout_sec=wait_s)
+            if between_events is not None:
+                wait_s = min(EVENTS_POLL_S, between_events())
+    finally:
+        executor.shutdown(timeout_sec=1.0)
 
 
 def run_nodes(
@@ -67,7 +90,10 @@ def run_nodes(
     threads: int = 4,
     executor: str = "multi",
     args: list[str] | None = None,
+    between_events: Callable[[], float] | None = None,
 ) -> None:
+    """``executor``: ``single``, ``multi`` (``threads``) or ``events`` (``spin_events``,
+    which calls ``between_events``)."""
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     shut_down_on_stop_signals(rclpy.try_shutdown)
     watch_parent()
@@ -78,10 +104,13 @@ def run_nodes(
         except STARTUP_ERRORS as error:
             print(f"{name}: cannot start: {error}", file=sys.stderr)
             raise SystemExit(1) from None
-        spinner = make_executor(executor, threads)
-        for node in nodes:
-            spinner.add_node(node)
-        spinner.spin()
+        if executor == "events":
+            spin_events(nodes, between_events)
+        else:
+            spinner = make_executor(executor, threads)
+            for node in nodes:
+                spinner.add_node(node)
+            spinner.spin()
     except ExternalShutdownException:
         pass
     except Exception:

@@ -20,7 +20,7 @@ from rclpy.client import Client
 from rclpy.context import Context
 
 from fleet_idempotency.ros.qos import SERVICE_QOS
-from fleet_idempotency.ros.side_thread import side_node, spin_on_thread
+from fleet_idempotency.ros.side_thread import EventsSpinner, side_node
 from fleet_idempotency.sim.world import Pose, WorldActionFailed, WorldActionName, WorldConfig
 from fleet_idempotency.srv import GetWorldState, WorldAction
 
@@ -38,7 +38,7 @@ class RosWorldLink:
         self._state = self._node.create_client(
             GetWorldState, "/world/state", qos_profile=SERVICE_QOS
         )
-        self._executor = spin_on_thread(self._node, f"world-link-{name}")
+        self._executor = EventsSpinner(self._node, f"world-link-{name}")
         self._geometry: WorldConfig | None = None
         self._pose_updates: dict[str, Any] = {}  # robot id: its pose update on the way
         self._ready = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,24 @@ def test_one_process_hosts_independent_agents(
         # Served from the host's services node, under each robot's own name.
         status = fleet.check_key(robot_id, "k-123")
         assert status.found and status.state == 3
-    assert children.processes["host"].poll() is None
+    host = children.processes["host"]
+    assert host.poll() is None
+
+    # Its events loop runs the periodic work between events (no timer): idle robots
+    # still heartbeat, which is how the orchestrator tells them from offline ones.
+    stamps = {robot_id: _stamp_ns(fleet.statuses[robot_id]) for robot_id in robots}
+    wait_for(
+        lambda: all(_stamp_ns(fleet.statuses[r]) > stamps[r] for r in robots),
+        executor=fleet.executor,
+        what="a heartbeat from every idle hosted agent",
+    )
+    # The events loop is inside rclpy when SIGTERM shuts the context down: a clean exit.
+    host.send_signal(signal.SIGTERM)
+    assert host.wait(timeout=30) == 0, children.log("host")[-3000:]
+
+
+def _stamp_ns(status: Any) -> int:
+    return int(status.stamp.sec) * 10**9 + int(status.stamp.nanosec)
 
 
 def test_hosted_agents_share_one_timer_and_each_still_heartbeats(fleet: FleetHarness) -> None:

@@ -65,3 +65,24 @@ def test_after_a_stall_a_job_runs_once_not_a_backlog_and_cancelled_jobs_stop() -
 def test_a_period_must_be_positive() -> None:
     with pytest.raises(ValueError, match="status"):
         PeriodicWork().every(0.0, lambda: None, name="status")
+
+
+def test_an_events_loop_runs_what_is_due_and_learns_how_long_it_may_wait() -> None:
+    clock = Clock()
+    work = PeriodicWork(clock)
+    ran: list[str] = []
+    work.every(1.0, lambda: ran.append("status"), name="status")
+    work.every(2.5, lambda: ran.append("gc"), name="gc")
+    assert work.run_if_due() == 1.0  # nothing due: the wait until the status is
+    clock.now += 0.4
+    assert work.run_if_due() == pytest.approx(0.6)
+    assert ran == []
+    clock.now += 0.6
+    assert work.run_if_due() == pytest.approx(1.0)
+    assert ran == ["status"]
+    clock.now += 1.0
+    assert work.run_if_due() == pytest.approx(0.5)  # the gc, at 2.5
+    clock.now += 0.5
+    assert work.run_if_due() == pytest.approx(0.5)  # the next status, at 3.0
+    assert ran == ["status", "status", "gc"]
+    assert PeriodicWork(clock).run_if_due() == float("inf")  # no jobs: wait for events
