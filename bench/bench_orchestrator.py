@@ -356,6 +356,9 @@ def main() -> None:
     )
     parser.add_argument("--keep-logs", type=Path, help="copy the children's log here")
     parser.add_argument(
+        "--keep-profiles", type=Path, help="copy the raw py-spy profiles into this directory"
+    )
+    parser.add_argument(
         "--store-url", help="orchestrators share this postgresql:// database (default: LMDB)"
     )
     parser.add_argument(
@@ -457,6 +460,10 @@ def bench_fleet(options: argparse.Namespace) -> None:
             logs.close()
             if options.keep_logs:
                 shutil.copy(scratch / "children.log", options.keep_logs)
+            if options.keep_profiles:
+                options.keep_profiles.mkdir(parents=True, exist_ok=True)
+                for folded in scratch.glob("*.folded"):
+                    shutil.copy(folded, options.keep_profiles)
 
 
 def run(
