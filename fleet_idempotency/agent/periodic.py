@@ -79,7 +79,7 @@ class PeriodicWork:
         return ran
 
     def run_if_due(self) -> float:
-        """For a loop that waits for events between calls (``ros/node_main.spin_events``):
+        """For a loop that waits for events between calls (``ros/side_thread.serve_events``):
         run what is due, if anything is; the seconds until the next job is due. Costs one
         clock read when nothing is, as it is after almost every event."""
         wait_s = self._next_due - self._clock()

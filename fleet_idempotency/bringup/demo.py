@@ -207,12 +207,12 @@ class Demo:
                 self._watch(client, fleet)
                 client.wait_for_services(timeout_s=90.0)
                 self._wait_for_robots(fleet, processes)
-                items_at_start = client.world_state()["items_total"]
+                items_at_start = _world_state(client, processes)["items_total"]
                 started = time.monotonic()
                 self._run_mission(client, planner, fleet, processes)
                 self.figures.wall_s = time.monotonic() - started
                 self.figures.reconciliations = planner.reconciliations
-                world = client.world_state()
+                world = _world_state(client, processes)
             finally:
                 if client is not None:
                     client.close()
@@ -443,3 +443,16 @@ class Demo:
                 self.figures.latencies_s.append(time.monotonic() - started)
                 self.figures.final_states[State(response.state).name] += 1
             return response
+
+
+def _world_state(client: FleetClient, processes: FleetProcesses) -> dict[str, Any]:
+    """The world's state; when it does not answer, say whether its process is alive and
+    how its log ends: a silent world is otherwise one line with no lead."""
+    try:
+        return client.world_state()
+    except NoAnswer as error:
+        name = "world_simulator"
+        state = "is alive" if processes.alive(name) else "has exited"
+        raise RuntimeError(
+            f"{error}; the {name} process {state}, its log ends:\n{processes.log_tail(name)}"
+        ) from error

@@ -53,6 +53,7 @@ from fleet_idempotency.ros.qos import (
     STATUS_QOS,
     drop_default_event_handlers,
 )
+from fleet_idempotency.ros.side_thread import keep_serving
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 from fleet_idempotency.store.errors import InvalidRequest
 from fleet_idempotency.store.fingerprint import parse_json
@@ -391,7 +392,12 @@ def main(args: list[str] | None = None) -> None:
         executors[1].add_node(node.calls)
         for index, executor in enumerate(executors):
             spinners.append(
-                threading.Thread(target=_spin, args=(executor,), name=f"ros-{index}", daemon=True)
+                threading.Thread(
+                    target=keep_serving,
+                    args=(executor.spin, executor.context),
+                    name=f"ros-{index}",
+                    daemon=True,
+                )
             )
             spinners[-1].start()
         node.serve()
@@ -405,13 +411,6 @@ def main(args: list[str] | None = None) -> None:
             node.calls.destroy_node()
             node.destroy_node()
         rclpy.try_shutdown()
-
-
-def _spin(executor: SingleThreadedExecutor) -> None:
-    try:
-        executor.spin()
-    except Exception:  # the context was shut down: nothing left to serve
-        return
 
 
 if __name__ == "__main__":

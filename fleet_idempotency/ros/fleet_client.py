@@ -35,6 +35,7 @@ from fleet_idempotency.ros.qos import (
     drop_default_event_handlers,
     quiet_subscription_events,
 )
+from fleet_idempotency.ros.side_thread import keep_serving
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 
 FIRST_RESEND_S = 3.0
@@ -111,14 +112,13 @@ class FleetClient:
         # seven-fold (docs/design.md, "The ROS client").
         self._executor = SingleThreadedExecutor(context=self.context)
         self._executor.add_node(self.node)
-        self._thread = threading.Thread(target=self._spin, name="fleet-client", daemon=True)
+        self._thread = threading.Thread(
+            target=keep_serving,
+            args=(self._executor.spin, self.context),
+            name="fleet-client",
+            daemon=True,
+        )
         self._thread.start()
-
-    def _spin(self) -> None:
-        try:
-            self._executor.spin()
-        except Exception:  # context shut down: nothing left to serve
-            return
 
     def close(self) -> None:
         self._executor.shutdown(timeout_sec=2.0)

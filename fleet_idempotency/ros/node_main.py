@@ -28,6 +28,7 @@ from fleet_idempotency.auth import KeyringError
 from fleet_idempotency.bringup.fleet_config import FleetConfigError
 from fleet_idempotency.events import EventLogError
 from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
+from fleet_idempotency.ros.side_thread import serve_events
 from fleet_idempotency.ros.stop_signals import shut_down_on_stop_signals
 from fleet_idempotency.sim.world_link_ros import WorldUnavailable
 from fleet_idempotency.store import StoreError
@@ -45,11 +46,6 @@ STARTUP_ERRORS = (
 )
 
 
-# The longest a loop of ``spin_events`` waits: the context's shutdown wakes it, this
-# bounds the wait should that wake-up come between its check and its wait.
-EVENTS_POLL_S = 1.0
-
-
 def make_executor(kind: str, threads: int) -> Executor:
     """``single``: one thread, the cheapest wake-up rclpy's Python executors have;
     ``multi``: MultiThreadedExecutor, for nodes whose callbacks block (waiting submits).
@@ -62,23 +58,13 @@ def make_executor(kind: str, threads: int) -> Executor:
 
 
 def spin_events(nodes: Sequence[Node], between_events: Callable[[], float] | None = None) -> None:
-    """Serve ``nodes`` with rclpy's EventsExecutor (a C++ event queue: no wait set rebuilt
-    in Python per message) on this thread, until the context shuts down.
-
-    In the Jazzy wheels measured here its timers never fire and its ``spin()`` holds the
-    GIL for good, so it is driven by ``spin_once`` with a timeout (which releases the GIL
-    while waiting), and a node's periodic work is ``between_events``: called after every
-    event or timeout, it returns the seconds until it wants calling again. Nodes must
-    create their entities before this starts and no timers."""
+    """Serve ``nodes`` with rclpy's EventsExecutor on this thread (``serve_events``) until
+    the context shuts down, which also ends the wait at once."""
     executor = EventsExecutor()
     for node in nodes:
         executor.add_node(node)
     try:
-        wait_s = EVENTS_POLL_S
-        while rclpy.ok():
-            executor.spin_once(timeout_sec=wait_s)
-            if between_events is not None:
-                wait_s = min(EVENTS_POLL_S, between_events())
+        serve_events(executor, rclpy.ok, between_events)
     finally:
         executor.shutdown(timeout_sec=1.0)
 

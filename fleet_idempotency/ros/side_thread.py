@@ -7,10 +7,14 @@ executor is busy, live on side nodes with their own single-threaded executor.
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
+import traceback
+from collections.abc import Callable
 
 from rclpy.context import Context
-from rclpy.executors import SingleThreadedExecutor
+from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.experimental import EventsExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -39,25 +43,79 @@ def spin_on_thread(node: Node, thread_name: str) -> SingleThreadedExecutor:
     """Start spinning ``node`` on a daemon thread; the caller shuts the executor down."""
     executor = SingleThreadedExecutor(context=node.context)
     executor.add_node(node)
-    threading.Thread(target=_spin, args=(executor,), name=thread_name, daemon=True).start()
+    threading.Thread(
+        target=keep_serving, args=(executor.spin, node.context), name=thread_name, daemon=True
+    ).start()
     return executor
 
 
-class EventsSpinner:
-    """Spin ``node`` on a daemon thread with rclpy's EventsExecutor (a C++ event queue:
-    no wait set rebuilt in Python per message). For nodes of many subscriptions and no
-    timers, created before the spinner: in this Jazzy its timers never fire, its
-    ``spin()`` holds the GIL for good (so it is driven by ``spin_once`` with a timeout,
-    which releases it while waiting), and a thread still inside it when the context goes
-    aborts the process, so ``shutdown`` joins the thread first."""
+# An error reported by ``keep_serving`` is printed once in this long; the rest are counted.
+ERROR_REPORT_PERIOD_S = 5.0
 
-    # How soon ``shutdown`` is noticed: the executor's ``wake()`` does not end its
-    # ``spin_once`` in this Jazzy, nor can a guard condition be added to wake it (only
-    # the context's shutdown ends it at once). A wake-up costs little; ten a second were
-    # measurable on an idle host.
-    POLL_S = 1.0
+
+def keep_serving(serve: Callable[[], None], context: Context) -> None:
+    """Run ``serve`` (an executor's spin loop) until it returns or ``context`` is shut
+    down. An error out of a callback that no CallbackGuard wraps (a FleetClient user's,
+    rclpy's own) is printed and serving goes on: a thread that ended on it would leave its
+    node deaf, and every caller waiting for an answer that never comes."""
+    reported_at = -ERROR_REPORT_PERIOD_S
+    unreported = 0
+    while True:
+        try:
+            serve()
+            return
+        except Exception:
+            if not context.ok():
+                return  # shut down under us (ExternalShutdownException and the like)
+            now = time.monotonic()
+            if now - reported_at < ERROR_REPORT_PERIOD_S:
+                unreported += 1
+                continue
+            reported_at = now
+            name = threading.current_thread().name
+            print(
+                f"{name}: error while serving ({unreported} more since the last report); "
+                f"serving on:\n{traceback.format_exc()}",
+                file=sys.stderr,
+                flush=True,
+            )
+            unreported = 0
+
+
+# The longest one wait of ``serve_events`` lasts, so how soon a stop is noticed: in this
+# Jazzy the EventsExecutor's ``wake()`` does not end its ``spin_once``, nor can a guard
+# condition be added to wake it; only the context's shutdown ends the wait at once. A
+# wake-up costs little; ten a second were measurable on an idle agent host.
+EVENTS_POLL_S = 1.0
+
+
+def serve_events(
+    executor: Executor,
+    keep_serving: Callable[[], bool],
+    between_events: Callable[[], float] | None = None,
+) -> None:
+    """Serve ``executor`` (rclpy's EventsExecutor: a C++ event queue, no wait set rebuilt
+    in Python per message) on this thread while ``keep_serving()``.
+
+    In the Jazzy wheels measured here its timers never fire and its ``spin()`` holds the
+    GIL for good, so it is driven by ``spin_once`` with a timeout (which releases the GIL
+    while waiting), and periodic work is ``between_events``: called after every event or
+    timeout, it returns the seconds until it wants calling again. Its nodes create their
+    entities before this starts, and no timers. A thread still in here when the context
+    goes aborts the process: the context's owner stops it first."""
+    wait_s = EVENTS_POLL_S
+    while keep_serving():
+        executor.spin_once(timeout_sec=wait_s)
+        if between_events is not None:
+            wait_s = min(EVENTS_POLL_S, between_events())
+
+
+class EventsSpinner:
+    """Serve ``node`` on a daemon thread with ``serve_events``; ``shutdown`` joins the
+    thread before it shuts the executor down."""
 
     def __init__(self, node: Node, thread_name: str) -> None:
+        self._context = node.context
         self._executor = EventsExecutor(context=node.context)
         self._executor.add_node(node)
         self._stop = threading.Event()
@@ -65,22 +123,13 @@ class EventsSpinner:
         self._thread.start()
 
     def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self._executor.spin_once(timeout_sec=self.POLL_S)
-        except Exception:  # the context was shut down under us: nothing left to serve
-            return
+        keep_serving(
+            lambda: serve_events(self._executor, lambda: not self._stop.is_set()), self._context
+        )
 
     def shutdown(self, timeout_sec: float = 1.0) -> bool:
         self._stop.set()
-        self._thread.join(timeout_sec + self.POLL_S)
+        self._thread.join(timeout_sec + EVENTS_POLL_S)
         if self._thread.is_alive():
             return False  # still in a callback: shutting the executor under it would abort
         return bool(self._executor.shutdown(timeout_sec=timeout_sec))
-
-
-def _spin(executor: SingleThreadedExecutor) -> None:
-    try:
-        executor.spin()
-    except Exception:  # the context was shut down under us: nothing left to serve
-        return

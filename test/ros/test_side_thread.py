@@ -6,6 +6,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+from rclpy.executors import SingleThreadedExecutor
 from std_msgs.msg import String
 
 from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, quiet_subscription_events
@@ -55,3 +57,42 @@ def test_an_events_spinner_serves_many_subscriptions_and_stops_its_thread(
     assert not [t for t in threading.enumerate() if t.name == "events-listening"]
     for node in (listening, talking):
         node.destroy_node()
+
+
+@pytest.mark.parametrize("spinner_kind", ["single", "events"])
+def test_a_side_thread_serves_on_after_a_callback_raises(
+    ros_context: Any, spinner_kind: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A FleetClient's user callback that raises once must not leave the client deaf."""
+    listening = side_node(f"raising_{spinner_kind}", ros_context)
+    calls: list[str] = []
+
+    def on_message(message: String) -> None:
+        calls.append(message.data)
+        if len(calls) == 1:
+            raise RuntimeError("a user callback that fails once")
+
+    topic = f"/side_thread_test/raising_{spinner_kind}"
+    listening.create_subscription(
+        String, topic, on_message, RELIABLE_TOPIC_QOS, event_callbacks=quiet_subscription_events()
+    )
+    thread_name = f"raising-{spinner_kind}"
+    spinner: EventsSpinner | SingleThreadedExecutor = (
+        EventsSpinner(listening, thread_name)
+        if spinner_kind == "events"
+        else spin_on_thread(listening, thread_name)
+    )
+    talking = side_node(f"raising_talker_{spinner_kind}", ros_context)
+    publisher = talking.create_publisher(String, topic, RELIABLE_TOPIC_QOS)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(calls) < 3:
+            assert time.monotonic() < deadline, f"served only {len(calls)} messages"
+            publisher.publish(String(data="x"))
+            time.sleep(0.05)
+        assert [t for t in threading.enumerate() if t.name == thread_name]
+    finally:
+        spinner.shutdown(timeout_sec=1.0)
+        for node in (listening, talking):
+            node.destroy_node()
+    assert "a user callback that fails once" in capfd.readouterr().err
