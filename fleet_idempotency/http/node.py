@@ -394,7 +394,7 @@ def main(args: list[str] | None = None) -> None:
             spinners.append(
                 threading.Thread(
                     target=keep_serving,
-                    args=(executor.spin, executor.context),
+                    args=(executor.spin, executor.context.ok),
                     name=f"ros-{index}",
                     daemon=True,
                 )

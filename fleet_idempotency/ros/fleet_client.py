@@ -114,7 +114,7 @@ class FleetClient:
         self._executor.add_node(self.node)
         self._thread = threading.Thread(
             target=keep_serving,
-            args=(self._executor.spin, self.context),
+            args=(self._executor.spin, self.context.ok),
             name="fleet-client",
             daemon=True,
         )

@@ -44,30 +44,37 @@ def spin_on_thread(node: Node, thread_name: str) -> SingleThreadedExecutor:
     executor = SingleThreadedExecutor(context=node.context)
     executor.add_node(node)
     threading.Thread(
-        target=keep_serving, args=(executor.spin, node.context), name=thread_name, daemon=True
+        target=keep_serving, args=(executor.spin, node.context.ok), name=thread_name, daemon=True
     ).start()
     return executor
 
 
 # An error reported by ``keep_serving`` is printed once in this long; the rest are counted.
 ERROR_REPORT_PERIOD_S = 5.0
+# Errors closer together than this pause serving for as long: an executor that fails on
+# every wait, not on a callback, must not turn its thread into a busy loop.
+ERROR_PAUSE_S = 0.01
 
 
-def keep_serving(serve: Callable[[], None], context: Context) -> None:
-    """Run ``serve`` (an executor's spin loop) until it returns or ``context`` is shut
-    down. An error out of a callback that no CallbackGuard wraps (a FleetClient user's,
-    rclpy's own) is printed and serving goes on: a thread that ended on it would leave its
-    node deaf, and every caller waiting for an answer that never comes."""
-    reported_at = -ERROR_REPORT_PERIOD_S
+def keep_serving(serve: Callable[[], None], context_ok: Callable[[], bool]) -> None:
+    """Run ``serve`` (an executor's spin loop) until it returns or its context is shut
+    down (``context_ok`` false). An error out of a callback that no CallbackGuard wraps
+    (a FleetClient user's, rclpy's own) is printed and serving goes on: a thread that
+    ended on it would leave its node deaf, and every caller waiting for an answer that
+    never comes."""
+    reported_at = failed_at = -ERROR_REPORT_PERIOD_S
     unreported = 0
     while True:
         try:
             serve()
             return
         except Exception:
-            if not context.ok():
+            if not context_ok():
                 return  # shut down under us (ExternalShutdownException and the like)
             now = time.monotonic()
+            if now - failed_at < ERROR_PAUSE_S:
+                time.sleep(ERROR_PAUSE_S)
+            failed_at = now
             if now - reported_at < ERROR_REPORT_PERIOD_S:
                 unreported += 1
                 continue
@@ -124,7 +131,8 @@ class EventsSpinner:
 
     def _run(self) -> None:
         keep_serving(
-            lambda: serve_events(self._executor, lambda: not self._stop.is_set()), self._context
+            lambda: serve_events(self._executor, lambda: not self._stop.is_set()),
+            self._context.ok,
         )
 
     def shutdown(self, timeout_sec: float = 1.0) -> bool:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 from typing import Any
 
 import pytest
 from rclpy.executors import SingleThreadedExecutor
 from std_msgs.msg import String
 
+from fleet_idempotency.ros import side_thread
 from fleet_idempotency.ros.qos import RELIABLE_TOPIC_QOS, quiet_subscription_events
-from fleet_idempotency.ros.side_thread import EventsSpinner, side_node, spin_on_thread
+from fleet_idempotency.ros.side_thread import EventsSpinner, keep_serving, side_node, spin_on_thread
 
 TIMEOUT_S = 20.0
 
@@ -96,3 +98,50 @@ def test_a_side_thread_serves_on_after_a_callback_raises(
         for node in (listening, talking):
             node.destroy_node()
     assert "a user callback that fails once" in capfd.readouterr().err
+
+
+def _failing(times: int) -> tuple[list[int], Any]:
+    """A serve loop that raises its first ``times`` runs, then returns."""
+    runs: list[int] = []
+
+    def serve() -> None:
+        runs.append(len(runs))
+        if len(runs) <= times:
+            raise RuntimeError(f"failure {len(runs)}")
+
+    return runs, serve
+
+
+def test_keep_serving_reports_an_error_once_per_period_and_serves_on(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    runs, serve = _failing(3)
+    keep_serving(serve, lambda: True)
+    assert len(runs) == 4  # three failures, then the run that returned
+    err = capfd.readouterr().err
+    # The first is printed; the two within the report period are only counted.
+    assert err.count("error while serving") == 1
+    assert "failure 1" in err and "failure 2" not in err
+
+
+def test_keep_serving_ends_quietly_when_the_context_has_gone(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    runs, serve = _failing(10)
+    keep_serving(serve, lambda: False)
+    assert len(runs) == 1
+    assert capfd.readouterr().err == ""
+
+
+def test_keep_serving_pauses_between_back_to_back_failures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pauses: list[float] = []
+    clock = iter(range(10**6))  # a microsecond per reading: back to back, on any machine
+    fake_time = types.SimpleNamespace(monotonic=lambda: next(clock) * 1e-6, sleep=pauses.append)
+    monkeypatch.setattr(side_thread, "time", fake_time)
+    runs, serve = _failing(4)
+    keep_serving(serve, lambda: True)
+    assert len(runs) == 5
+    # The first failure has no predecessor; each later one came at once after another.
+    assert pauses == [side_thread.ERROR_PAUSE_S] * 3
