@@ -2,7 +2,9 @@
 
 rclpy's Python executors rebuild their wait set from every entity of their nodes on each
 wake-up, so entities that are rarely ready, or that must be served while the main
-executor is busy, live on side nodes with their own single-threaded executor.
+executor is busy, live on side nodes with their own single-threaded executor, or with
+rclpy's EventsExecutor (``serve_events``, ``EventsSpinner``). Every such thread serves
+through ``keep_serving``, which outlives an error out of a callback.
 """
 
 from __future__ import annotations
@@ -98,11 +100,11 @@ EVENTS_POLL_S = 1.0
 
 def serve_events(
     executor: Executor,
-    keep_serving: Callable[[], bool],
+    serving: Callable[[], bool],
     between_events: Callable[[], float] | None = None,
 ) -> None:
     """Serve ``executor`` (rclpy's EventsExecutor: a C++ event queue, no wait set rebuilt
-    in Python per message) on this thread while ``keep_serving()``.
+    in Python per message) on this thread while ``serving()``.
 
     In the Jazzy wheels measured here its timers never fire and its ``spin()`` holds the
     GIL for good, so it is driven by ``spin_once`` with a timeout (which releases the GIL
@@ -111,7 +113,7 @@ def serve_events(
     entities before this starts, and no timers. A thread still in here when the context
     goes aborts the process: the context's owner stops it first."""
     wait_s = EVENTS_POLL_S
-    while keep_serving():
+    while serving():
         executor.spin_once(timeout_sec=wait_s)
         if between_events is not None:
             wait_s = min(EVENTS_POLL_S, between_events())
