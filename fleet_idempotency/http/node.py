@@ -53,7 +53,7 @@ from fleet_idempotency.ros.qos import (
     STATUS_QOS,
     drop_default_event_handlers,
 )
-from fleet_idempotency.ros.side_thread import keep_serving
+from fleet_idempotency.ros.side_thread import start_serving_thread
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 from fleet_idempotency.store.errors import InvalidRequest
 from fleet_idempotency.store.fingerprint import parse_json
@@ -391,15 +391,7 @@ def main(args: list[str] | None = None) -> None:
         executors[0].add_node(node)
         executors[1].add_node(node.calls)
         for index, executor in enumerate(executors):
-            spinners.append(
-                threading.Thread(
-                    target=keep_serving,
-                    args=(executor.spin, executor.context.ok),
-                    name=f"ros-{index}",
-                    daemon=True,
-                )
-            )
-            spinners[-1].start()
+            spinners.append(start_serving_thread(executor, f"ros-{index}"))
         node.serve()
     finally:
         arm_shutdown_deadline()

@@ -35,7 +35,7 @@ from fleet_idempotency.ros.qos import (
     drop_default_event_handlers,
     quiet_subscription_events,
 )
-from fleet_idempotency.ros.side_thread import keep_serving
+from fleet_idempotency.ros.side_thread import start_serving_thread
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 
 FIRST_RESEND_S = 3.0
@@ -112,13 +112,7 @@ class FleetClient:
         # seven-fold (docs/design.md, "The ROS client").
         self._executor = SingleThreadedExecutor(context=self.context)
         self._executor.add_node(self.node)
-        self._thread = threading.Thread(
-            target=keep_serving,
-            args=(self._executor.spin, self.context.ok),
-            name="fleet-client",
-            daemon=True,
-        )
-        self._thread.start()
+        self._thread = start_serving_thread(self._executor, "fleet-client")
 
     def close(self) -> None:
         self._executor.shutdown(timeout_sec=2.0)

@@ -45,10 +45,21 @@ def spin_on_thread(node: Node, thread_name: str) -> SingleThreadedExecutor:
     """Start spinning ``node`` on a daemon thread; the caller shuts the executor down."""
     executor = SingleThreadedExecutor(context=node.context)
     executor.add_node(node)
-    threading.Thread(
-        target=keep_serving, args=(executor.spin, node.context.ok), name=thread_name, daemon=True
-    ).start()
+    start_serving_thread(executor, thread_name)
     return executor
+
+
+def start_serving_thread(executor: Executor, thread_name: str) -> threading.Thread:
+    """Spin ``executor`` on a new daemon thread through ``keep_serving``; the caller
+    shuts the executor down and may join the thread returned."""
+    thread = threading.Thread(
+        target=keep_serving,
+        args=(executor.spin, executor.context.ok),
+        name=thread_name,
+        daemon=True,
+    )
+    thread.start()
+    return thread
 
 
 # An error reported by ``keep_serving`` is printed once in this long; the rest are counted.
