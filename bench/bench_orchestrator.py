@@ -598,6 +598,12 @@ def run(
     print(f"throughput_fraction_of_bare_ceiling={count / elapsed / ceiling:.3f}")
     for phase, size in enumerate(options.scaling, start=1):
         scaling_phase(bench, options, robots, pids, scratch, phase=phase, size=size)
+    if options.scaling:
+        # The machine drifts over a long run (±30 % here), and a slower machine looks like
+        # a cost that grows with N. The bare pipeline has no state to grow: measured again
+        # after the last phase, its change is the machine's, to set the phases against.
+        after = bare_ceiling(bench, options, targets, pids, label="bare_ceiling_after_scaling")
+        print(f"bare_ceiling_after_scaling_vs_before={after / ceiling:.2f}")
 
 
 def start_profilers(
@@ -743,14 +749,20 @@ BARE_CHUNK = bare_pipeline.QOS.depth
 
 
 def bare_ceiling(
-    bench: Bench, options: argparse.Namespace, targets: list[str], pids: dict[str, int]
+    bench: Bench,
+    options: argparse.Namespace,
+    targets: list[str],
+    pids: dict[str, int],
+    label: str = "bare_ceiling",
 ) -> float:
     """The same commands through bare_pipeline.py's processes: commands/s, CPU per
-    command of each of them (what rclpy and DDS alone cost for the pattern)."""
-    keys = [f"bare-{index}" for index in range(len(targets))]
+    command of each of them (what rclpy and DDS alone cost for the pattern), printed
+    under ``label``, which also names the keys (each measurement needs fresh ones)."""
+    keys = [f"{label}-{index}" for index in range(len(targets))]
     requests = [submit_request(k, r, 0.0) for k, r in zip(keys, targets, strict=True)]
-    bench.call(bench.bare_submit, submit_request("bare-probe", targets[0], 0.0), 60.0, "bare")
-    bench.spin_until(lambda: "bare-probe" in bench.bare_finished, 60.0, "the bare pipeline")
+    probe = f"{label}-probe"
+    bench.call(bench.bare_submit, submit_request(probe, targets[0], 0.0), 60.0, "bare")
+    bench.spin_until(lambda: probe in bench.bare_finished, 60.0, "the bare pipeline")
     bare_pids = {name: pid for name, pid in pids.items() if name.startswith("bare_")}
     cpu_before = {name: cpu_seconds(pid) for name, pid in bare_pids.items()}
     client_cpu_before = time.process_time()
@@ -774,11 +786,11 @@ def bare_ceiling(
     elapsed = max(bench.bare_finished[key] for key in keys) - started
     client_cpu = time.process_time() - client_cpu_before
     rate = len(keys) / elapsed
-    print(f"bare_ceiling_commands_per_s={rate:.0f}")
+    print(f"{label}_commands_per_s={rate:.0f}")
     for name, pid in sorted(bare_pids.items()):
         used = cpu_seconds(pid) - cpu_before[name]
-        print(f"bare_ceiling_cpu_us_per_command_{name}={used / len(keys) * 1e6:.0f}")
-    print(f"bare_ceiling_cpu_us_per_command_bench_client={client_cpu / len(keys) * 1e6:.0f}")
+        print(f"{label}_cpu_us_per_command_{name}={used / len(keys) * 1e6:.0f}")
+    print(f"{label}_cpu_us_per_command_bench_client={client_cpu / len(keys) * 1e6:.0f}")
     return rate
 
 

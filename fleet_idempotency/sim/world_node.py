@@ -159,7 +159,10 @@ def _marker(
 
 
 def main(args: list[str] | None = None) -> None:
-    run_nodes("world_simulator", lambda: [WorldSimulator()], threads=2, args=args)
+    # One thread: every callback is short and the World is one lock's worth of state, so
+    # a second thread only added the multi-threaded executor's hand-off to each /world/act
+    # (measured: docs/design.md). Not the EventsExecutor: the markers need a timer.
+    run_nodes("world_simulator", lambda: [WorldSimulator()], executor="single", args=args)
 
 
 if __name__ == "__main__":
