@@ -15,7 +15,8 @@
   messages, hops and process shapes, no logic), and the pipeline's fraction of it;
 - a lone command's latency hop by hop (see ``latency_breakdown``);
 - with ``--scaling``, further phases of growing size: commands/s and CPU per command
-  should stay flat while the stores fill;
+  should stay flat while the stores fill; then the bare ceiling again, whose change over
+  the run is the machine's drift, not the fleet's growth;
 - where the time goes: CPU seconds per command of each process during the throughput
   phase and, with ``--profile [names]``, the hottest functions of the orchestrator or of
   the named processes (py-spy) in the throughput phase and in each scaling phase, so that
