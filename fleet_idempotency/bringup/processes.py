@@ -9,7 +9,10 @@ shuts down, so no node of the fleet outlives ``fleet-idem``.
 Supervision is ``ros2 launch``'s ``respawn``: a child that exits while the fleet is up is
 started again after a delay that doubles while it keeps dying young (a crash loop must
 not become a fork bomb) and resets once it has stayed up. One thread per child blocks in
-``wait()``: a death is noticed when it happens, nothing is polled. No ROS imports.
+``wait()``: a death is noticed when it happens. It first looks a few times at which UDP
+ports the child holds, and when the child dies by a signal it keeps those ports from the
+replacement for a while (``port_hold.py``: otherwise the replacement takes the dead
+participant's id while peers still hold it, and is matched seconds late). No ROS imports.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleet_idempotency.bringup.plan import NodeSpec
+from fleet_idempotency.bringup.port_hold import DEAD_PARTICIPANT_LEASE_S, PortHold, udp_ports
 from fleet_idempotency.ros.parent_watch import PARENT_FD_VARIABLE
 
 RESPAWN_DELAY_S = 1.0
@@ -36,6 +40,10 @@ RESPAWN_DELAY_MAX_S = 30.0
 # supervisord's startsecs. At 30 s, the chaos run's kill -9s of a host that had served
 # for 20-30 s each doubled the delay up to 30 s: 61 s of its 6 restarts went to waiting.
 STABLE_AFTER_S = 10.0
+# When the supervisor looks at a child's UDP ports, in seconds after each previous look:
+# a participant binds them as it starts (under a second here; later after a long store
+# recovery), and they do not change afterwards.
+PORT_LOOKS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,8 @@ class _Child:
     started_at: float
     restarts: int = 0
     delay_s: float = RESPAWN_DELAY_S
+    udp_ports: set[int] = field(default_factory=set)
+    ports_held: bool = False
 
 
 def executable(name: str) -> str:
@@ -75,12 +85,17 @@ class FleetProcesses:
         respawn: bool = True,
         respawn_delay_s: float = RESPAWN_DELAY_S,
         on_restart: Callable[[Restart], None] = lambda _restart: None,
+        port_hold_s: float = DEAD_PARTICIPANT_LEASE_S,
     ) -> None:
+        """``port_hold_s``: how long a child killed by a signal keeps its UDP ports from
+        whatever starts next (0: not at all)."""
         self.log_dir = log_dir
         self.env = env
         self.respawn = respawn
         self.respawn_delay_s = respawn_delay_s
         self._on_restart = on_restart
+        self.port_hold_s = port_hold_s
+        self._port_holds: list[PortHold] = []
         self.children: dict[str, _Child] = {}
         self.restarts: list[Restart] = []
         self._lock = threading.Lock()
@@ -147,9 +162,11 @@ class FleetProcesses:
 
     # --- supervision ----------------------------------------------------------------------
     def _supervise(self, name: str, child: _Child) -> None:
-        exit_code = child.process.wait()
+        exit_code = self._learn_ports_then_wait(child)
         if self._stopping.is_set():
             return
+        if exit_code < 0:
+            self._hold_ports(child)
         with self._lock:
             if self.children.get(name) is not child:
                 return  # replaced by a new start() of the same name meanwhile
@@ -175,6 +192,23 @@ class FleetProcesses:
         ).start()
         self._on_restart(restart)
 
+    def _learn_ports_then_wait(self, child: _Child) -> int:
+        for look_after_s in PORT_LOOKS_S:
+            try:
+                return child.process.wait(timeout=look_after_s)
+            except subprocess.TimeoutExpired:
+                child.udp_ports |= udp_ports(child.process.pid)
+        return child.process.wait()
+
+    def _hold_ports(self, child: _Child) -> None:
+        """Keep a child that died by a signal from handing its ports to its replacement."""
+        with self._lock:
+            if child.ports_held or not child.udp_ports or self.port_hold_s <= 0:
+                return
+            child.ports_held = True
+            self._port_holds = [hold for hold in self._port_holds if hold.sockets]
+            self._port_holds.append(PortHold(child.udp_ports, self.port_hold_s))
+
     def wait_restarted(self, name: str, count: int, timeout_s: float) -> bool:
         """Wait until ``name`` has been restarted ``count`` times in all."""
         deadline = time.monotonic() + timeout_s
@@ -191,9 +225,11 @@ class FleetProcesses:
         """kill -9, as a power cut or a segfault would; the supervisor restarts it."""
         with self._lock:
             child = self.children[name]
+        child.udp_ports |= udp_ports(child.process.pid)  # if the supervisor has not looked yet
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.process.pid, signal.SIGKILL)
         child.process.wait()
+        self._hold_ports(child)
         if not self.respawn:
             clean_dds_shared_memory()
 
@@ -224,6 +260,10 @@ class FleetProcesses:
         for fd in (self._watch_read, self._watch_write):
             with contextlib.suppress(OSError):
                 os.close(fd)
+        with self._lock:
+            holds, self._port_holds = self._port_holds, []
+        for hold in holds:
+            hold.release()
         return {name: child.process.returncode for name, child in children.items()}
 
     def log_tail(self, name: str, lines: int = 20) -> str:
