@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import time
 
 import rclpy
 
+from fleet_idempotency.bringup.port_hold import DOMAIN_GAIN, PORT_BASE, PortHold
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.srv import CheckKey
 
@@ -68,7 +68,7 @@ def call(spawned: float) -> None:
 
 def discovery_ports(domain_id: int, participant_id: int) -> tuple[int, int]:
     """The participant's unicast metatraffic and user ports (the DDSI-RTPS defaults)."""
-    base = 7400 + 250 * domain_id
+    base = PORT_BASE + DOMAIN_GAIN * domain_id
     return base + 10 + 2 * participant_id, base + 11 + 2 * participant_id
 
 
@@ -77,7 +77,7 @@ def drive(options: argparse.Namespace) -> None:
         env = isolated_environment(domain_id)
         me = [sys.executable, __file__]
         server = subprocess.Popen([*me, "serve"], env=env, stdout=subprocess.PIPE, text=True)
-        held: list[socket.socket] = []
+        held: list[PortHold] = []
         visible: list[float] = []
         answered: list[float] = []
         try:
@@ -100,16 +100,14 @@ def drive(options: argparse.Namespace) -> None:
                 if options.hold_ports:
                     # The server is participant 0; with every killed client's ports held,
                     # client n (from 0) was participant n + 1.
-                    for port in discovery_ports(domain_id, start + 1):
-                        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                        sock.bind(("0.0.0.0", port))
-                        held.append(sock)
+                    ports = set(discovery_ports(domain_id, start + 1))
+                    held.append(PortHold(ports, hold_s=3600.0))  # released when done
                 time.sleep(options.gap_s)
         finally:
             server.kill()
             server.wait()
-            for sock in held:
-                sock.close()
+            for hold in held:
+                hold.release()
         print(f"discovery_ended_by={'sigterm' if options.clean else 'kill_9'}")
         print(f"discovery_ports_held={options.hold_ports}")
         print(f"discovery_visible_median_s={statistics.median(visible):.3f}")
