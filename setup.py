@@ -222,5 +222,10 @@ setup(
             "fleet-idem-store = fleet_idempotency.store.cli:main",
             "fleet-idem-events = fleet_idempotency.events.cli:main",
         ],
+        # Robot backends (robots/registry.py): the package's own register like anyone's.
+        "fleet_idempotency.robot_backends": [
+            "simulated = fleet_idempotency.robots.world_backends:SimulatedBackend",
+            "gazebo = fleet_idempotency.robots.world_backends:GazeboBackend",
+        ],
     },
 )

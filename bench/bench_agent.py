@@ -133,7 +133,7 @@ def main() -> None:
                     "-p",
                     "robot_type:=amr",
                     "-p",
-                    "time_scale:=0.0",
+                    "backend_params.time_scale:=0.0",
                     "-p",
                     f"store_dir:={scratch}/stores",
                     "-p",

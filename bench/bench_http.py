@@ -182,7 +182,7 @@ def main() -> None:
                 "-p",
                 "robot_type:=amr",
                 "-p",
-                "time_scale:=0.0",
+                "backend_params.time_scale:=0.0",
                 "-p",
                 f"store_dir:={scratch}/agents",
                 "-p",

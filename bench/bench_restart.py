@@ -19,13 +19,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.plan import launch_plan
 from fleet_idempotency.bringup.processes import (
     FleetProcesses,
     clean_dds_shared_memory,
     executable,
 )
+from fleet_idempotency.description.fleet import load_fleet
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 
 FLEET_FILE = Path(__file__).resolve().parents[1] / "config" / "fleet.yaml"

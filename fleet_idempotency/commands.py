@@ -24,7 +24,6 @@ DOCK: Final = "dock"
 COMMAND_TYPES: Final = (MOVE_TO_WAYPOINT, PICK, PLACE, DOCK)
 CommandType = Literal["move_to_waypoint", "pick", "place", "dock"]
 
-RobotType = Literal["amr", "forklift", "arm"]
 ROBOT_CAPABILITIES: Final[dict[str, frozenset[str]]] = {
     "amr": frozenset({MOVE_TO_WAYPOINT, DOCK}),
     "forklift": frozenset({MOVE_TO_WAYPOINT, PICK, PLACE, DOCK}),
@@ -123,9 +122,14 @@ def parse_payload(command_type: str, payload_json: str) -> Payload:
         ) from None
 
 
-def check_capability(robot_type: str, command_type: str) -> None:
-    """Refuse a command type the robot type cannot execute (400, before any side effect)."""
-    supported = ROBOT_CAPABILITIES.get(robot_type)
+def check_capability(
+    robot_type: str, command_type: str, supported: frozenset[str] | None = None
+) -> None:
+    """Refuse a command type the robot cannot execute (400, before any side effect).
+    ``supported``: what this robot accepts (its fleet entry or backend says); None: what
+    its type's simulated kind accepts."""
+    if supported is None:
+        supported = ROBOT_CAPABILITIES.get(robot_type)
     if supported is None:
         raise InvalidCommand("robot_type", f"unknown robot type {robot_type!r}")
     if command_type not in supported:
@@ -136,7 +140,12 @@ def check_capability(robot_type: str, command_type: str) -> None:
 
 
 def validate_command(
-    robot_type: str, command_type: str, payload_json: str, *, max_payload_bytes: int
+    robot_type: str,
+    command_type: str,
+    payload_json: str,
+    *,
+    max_payload_bytes: int,
+    supported: frozenset[str] | None = None,
 ) -> Payload:
     """Everything a command can get wrong before it is stored: size, payload, capability."""
     size = len(payload_json.encode())
@@ -145,5 +154,5 @@ def validate_command(
             "payload_json", f"{size} bytes exceeds the {max_payload_bytes}-byte limit"
         )
     payload = parse_payload(command_type, payload_json)
-    check_capability(robot_type, command_type)
+    check_capability(robot_type, command_type, supported)
     return payload

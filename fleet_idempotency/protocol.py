@@ -7,7 +7,7 @@ nodes convert to and from the generated ROS types in ``ros_convert``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 from fleet_idempotency.store import (
     Claimed,
@@ -31,6 +31,10 @@ BUSY = 429
 INTERNAL = 500
 UNAVAILABLE = 503
 STORE_FULL = 507
+# A robot's refusals that a later re-send of the same command may pass: full queue (429),
+# full store (507), backend not ready yet (503). The orchestrator holds the command and
+# pauses the robot's lane instead of failing it.
+RETRY_LATER: Final = frozenset({BUSY, STORE_FULL, UNAVAILABLE})
 
 
 @dataclass(frozen=True)

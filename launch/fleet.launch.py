@@ -17,10 +17,10 @@ from launch import Action, LaunchContext, LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 
-from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.launch_nodes import launch_nodes
 from fleet_idempotency.bringup.plan import launch_plan, optional_path, time_scale_for_speed
-from fleet_idempotency.bringup.resources import default_fleet_file
+from fleet_idempotency.description.fleet import load_fleet
+from fleet_idempotency.description.resources import default_fleet_file
 
 
 def _nodes(context: LaunchContext) -> list[Action]:

@@ -18,11 +18,11 @@ from launch import Action, LaunchContext, LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 
-from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.gazebo_launch import gazebo_actions
 from fleet_idempotency.bringup.gazebo_plan import gazebo_plan, write_files
 from fleet_idempotency.bringup.plan import optional_path
-from fleet_idempotency.bringup.resources import default_fleet_file
+from fleet_idempotency.description.fleet import load_fleet
+from fleet_idempotency.description.resources import default_fleet_file
 
 
 def _fleet_in_gazebo(context: LaunchContext) -> list[Action]:

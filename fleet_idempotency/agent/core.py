@@ -4,7 +4,8 @@ Order of operations for each delivery, and why:
 
 1. drop exact transport repeats (cheap, optional; the store is the real guard);
 2. validate key, target robot, command type and payload: a 400 stores nothing;
-3. if the queue is full and the key is new: 429, nothing stored (same as claim+release);
+3. if the key is new and the queue is full (429) or the backend not ready (503): refused,
+   nothing stored (same as claim+release);
 4. claim the key in the store (durable) *before* any side effect;
 5. the executor (``executor.py``) prepares (may refuse: release the key, 4xx), executes,
    records the final result, and only then publishes it.
@@ -30,6 +31,7 @@ from fleet_idempotency.protocol import (
     BUSY,
     INTERNAL,
     STORE_FULL,
+    UNAVAILABLE,
     Answer,
     Delivery,
     KeyStatus,
@@ -210,10 +212,20 @@ class AgentCore:
         except (InvalidCommand, InvalidRequest) as invalid:
             return Answer.rejected(delivery, BAD_REQUEST, str(invalid)), False
 
-        if self._executor.full() and not isinstance(
+        readiness = self.backend.readiness()
+        if (self._executor.full() or not readiness.ready) and not isinstance(
             self.store.check(self.robot_id, delivery.key), Record
         ):
-            # A new key while full: refuse before claiming, which equals claim-then-release.
+            # A new key while full or not ready: refuse before claiming, which equals
+            # claim-then-release (a known key is answered from the store as ever).
+            if not readiness.ready:
+                self.counters["refused_not_ready"] += 1
+                return Answer.rejected(
+                    delivery,
+                    UNAVAILABLE,
+                    f"{self.robot_id} is not ready: waiting for {readiness.waiting_for}; "
+                    "retry later",
+                ), False
             return Answer.rejected(
                 delivery,
                 BUSY,
@@ -260,6 +272,7 @@ class AgentCore:
             delivery.command_type,
             delivery.payload_json,
             max_payload_bytes=self.store.config.max_payload_bytes,
+            supported=self.backend.supported_commands(),
         )
         return Command(
             robot_id=self.robot_id,

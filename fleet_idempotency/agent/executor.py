@@ -16,7 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from fleet_idempotency.protocol import INTERNAL, OK, Answer, Delivery, answer_for_record
+from fleet_idempotency.protocol import (
+    INTERNAL,
+    OK,
+    UNAVAILABLE,
+    Answer,
+    Delivery,
+    answer_for_record,
+)
 from fleet_idempotency.robots.backend import (
     Command,
     CommandRefused,
@@ -25,6 +32,9 @@ from fleet_idempotency.robots.backend import (
     RobotBackend,
 )
 from fleet_idempotency.store import IdempotencyStore, State, StoreError
+
+# How often a resumed command checks whether the backend became ready.
+READY_POLL_S = 0.2
 
 
 class Logger(Protocol):
@@ -78,6 +88,7 @@ class Executor:
         self._current_key = ""
         self._last_finished_key = ""
         self._worker: threading.Thread | None = None
+        self._stopping = threading.Event()
 
     def start(self) -> None:
         self._worker = threading.Thread(
@@ -87,6 +98,7 @@ class Executor:
 
     def stop(self, timeout_s: float) -> None:
         """Abort the running command (its claim stays IN_PROGRESS for recovery) and stop."""
+        self._stopping.set()
         self.backend.shutdown()
         self._work.put(None)
         if self._worker is not None:
@@ -145,8 +157,32 @@ class Executor:
                 self._counters["publish_errors"] += 1
                 self._log.error(f"could not publish the answer for {work.command.key!r}: {error!r}")
 
+    def _wait_ready(self, command: Command) -> bool:
+        """Whether the backend can take ``command`` now. A command resumed after a crash
+        is already claimed and must not be released: it waits for the backend instead
+        (ExecutionAborted if the agent stops meanwhile, leaving it for the next start)."""
+        if self.backend.readiness().ready:
+            return True
+        if not command.resumed:
+            return False
+        while not self.backend.readiness().ready:
+            if self._stopping.wait(READY_POLL_S):
+                raise ExecutionAborted(f"{command.key!r}: stopped while waiting for the backend")
+        return True
+
     def _execute(self, work: Work) -> Answer | None:
         command, delivery = work.command, work.delivery
+        if not self._wait_ready(command):
+            # Claimed while the backend was ready, which it is no longer: nothing was
+            # done, so the key is released as for any refusal before a side effect.
+            self.store.release(self.robot_id, command.key)
+            self._counters["refused_not_ready"] += 1
+            readiness = self.backend.readiness()
+            return Answer.rejected(
+                delivery,
+                UNAVAILABLE,
+                f"{self.robot_id} is not ready: waiting for {readiness.waiting_for}; retry later",
+            )
         try:
             self.backend.prepare(command)
         except CommandRefused as refusal:

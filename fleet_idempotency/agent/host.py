@@ -20,8 +20,8 @@ from rclpy.context import Context
 from rclpy.parameter import Parameter
 
 from fleet_idempotency.agent.node import AgentDriver, AgentProcessWork
-from fleet_idempotency.bringup.fleet_config import FleetConfig, RobotSpec, load_fleet
-from fleet_idempotency.bringup.plan import agent_node
+from fleet_idempotency.description.agent_parameters import agent_namespace, agent_parameters
+from fleet_idempotency.description.fleet import FleetConfig, RobotSpec, load_fleet
 from fleet_idempotency.ros.node_main import run_nodes
 from fleet_idempotency.ros.qos import drop_default_event_handlers
 from fleet_idempotency.ros.side_thread import NO_TYPE_DESCRIPTION_SERVICE
@@ -62,7 +62,7 @@ def hosted_agents(
     # second for 25 agents, each wake-up walking all their entities in Python.
     shared = AgentProcessWork() if shared is None else shared
     for index, robot in enumerate(robots):
-        spec = agent_node(
+        parameters = agent_parameters(
             fleet,
             robot,
             store_dir=store_dir,
@@ -70,7 +70,7 @@ def hosted_agents(
             robot_index=index,
             keyring_dir=keyring_dir,
         )
-        overrides = [Parameter(name, value=value) for name, value in spec.parameters.items()]
+        overrides = [Parameter(name, value=value) for name, value in parameters.items()]
         overrides.append(NO_TYPE_DESCRIPTION_SERVICE)
         # No parameter or type description services nor QoS event handlers on hosted
         # agents: 25 agents' 175 services and 150 handlers would be in the one executor's
@@ -78,7 +78,7 @@ def hosted_agents(
         # fleet file and are fixed at start anyway.
         agents.append(
             AgentDriver(
-                namespace=spec.namespace,
+                namespace=agent_namespace(robot.id),
                 parameter_overrides=overrides,
                 start_parameter_services=False,
                 process_work=shared,

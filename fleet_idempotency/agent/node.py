@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
@@ -31,9 +32,12 @@ from fleet_idempotency.agent.periodic import PeriodicWork
 from fleet_idempotency.agent.status_throttle import StatusThrottle
 from fleet_idempotency.auth import CommandVerifier, KeyringError, RobotKeyring, WatchedKeyring
 from fleet_idempotency.commands import COMMAND_TYPES
+from fleet_idempotency.geometry import Pose
 from fleet_idempotency.msg import CommandResult, FleetCommand, RobotStatus
 from fleet_idempotency.protocol import Answer
-from fleet_idempotency.robots.factory import make_backend
+from fleet_idempotency.robots.backend import BackendContext, RobotBackend
+from fleet_idempotency.robots.registry import BackendError, load_backend_class, make_backend
+from fleet_idempotency.robots.shared import SharedResources
 from fleet_idempotency.ros.convert import (
     answer_to_msg,
     check_key_failed,
@@ -49,14 +53,14 @@ from fleet_idempotency.ros.qos import (
     drop_default_event_handlers,
 )
 from fleet_idempotency.ros.side_thread import side_node, spin_on_thread
-from fleet_idempotency.sim.world_link_ros import RosWorldLink
 from fleet_idempotency.srv import CheckKey
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 
 
 class AgentProcessWork:
-    """What the agents of one process share: their periodic jobs, run by one timer, and
-    one /diagnostics publisher carrying every agent's status (see agent/periodic.py).
+    """What the agents of one process share: their periodic jobs, run by one timer, one
+    /diagnostics publisher carrying every agent's status (see agent/periodic.py), and the
+    resources their backends share (``robots/shared.py``, e.g. one link to a simulator).
     ``timer=False``: no timer; the process's event loop runs ``work.run_if_due``."""
 
     def __init__(self, *, timer: bool = True) -> None:
@@ -64,19 +68,14 @@ class AgentProcessWork:
         self.work = PeriodicWork()
         self.diagnostics: list[StoreDiagnostics] = []
         self.timer: Any = None
-        self._world: RosWorldLink | None = None
-        self._world_users = 0
+        self.resources = SharedResources()
+        self._users = 0
         self._delayed_acks: dict[float, DelayedAcks] = {}
         self._services: tuple[Node, SingleThreadedExecutor] | None = None
 
-    def world_link(self, context: Context, name: str, timeout_s: float) -> RosWorldLink:
-        """The process's one link to the world simulator (see sim/world_link_ros.py),
-        opened by its first user (and named after it), closed by ``release``
-        of its last."""
-        if self._world is None:
-            self._world = RosWorldLink(context, name, timeout_s=timeout_s)
-        self._world_users += 1
-        return self._world
+    def join(self) -> None:
+        """One more agent of the process; ``release`` of the last closes what they share."""
+        self._users += 1
 
     def delayed_acks(self, delay_s: float, logger: Any) -> DelayedAcks | None:
         """The process's holder of 202s for ``delay_s`` (None for 0: no delay)."""
@@ -98,10 +97,10 @@ class AgentProcessWork:
         return self._services[0]
 
     def release(self) -> None:
-        """One agent of the process is done with its world link, held answers and
-        services node."""
-        self._world_users -= 1
-        if self._world_users > 0:
+        """One agent of the process is done with the held answers, services node and
+        backend resources they share."""
+        self._users -= 1
+        if self._users > 0:
             return
         for held in self._delayed_acks.values():
             held.close()
@@ -110,9 +109,7 @@ class AgentProcessWork:
             executor.shutdown(timeout_sec=1.0)
             node.destroy_node()
             self._services = None
-        if self._world is not None:
-            self._world.close()
-            self._world = None
+        self.resources.close_all()
 
     def start(self, node: Node) -> None:
         """Create the process's one timer (and its /diagnostics publisher) on ``node``,
@@ -148,11 +145,11 @@ class AgentDriver(Node):
         self._drop_probability = float(p["result_drop_probability"])
         self._rng = random.Random(p["seed"] or None)
         self._process_work = shared
-        self._world = shared.world_link(self.context, self.robot_id, p["world_timeout_s"])
-        self._world.wait_until_ready(p["world_timeout_s"])
-        backend = make_backend(self, self._world, p)
+        # Everything that can refuse to start is checked before the backend opens anything.
         self._keyring = self._open_keyring(p["auth_keyring"])
+        backend = self._make_backend(p, shared)
         self.store = IdempotencyStore.open(self._store_config(p))
+        shared.join()
         self._results = self.create_publisher(CommandResult, p["results_topic"], RELIABLE_TOPIC_QOS)
         # Answers found by crash recovery are held until someone listens: published at
         # start-up they would reach nobody, since discovery takes a moment.
@@ -214,6 +211,9 @@ class AgentDriver(Node):
             StoreDiagnostics(self, self.robot_id, self.store, self.core.counters, guard=guard)
         )
         self.core.start()
+        # Opened last: a backend that is ready at once may report it straight away, and its
+        # waiting (a simulator or a robot controller not up yet) never holds up start-up.
+        backend.start()
         # Checked at the heartbeat's pace: a subscriber is matched within a period or two.
         self._announce_job = work.every(
             p["status_period_s"],
@@ -226,20 +226,25 @@ class AgentDriver(Node):
         if not qos_event_handlers:
             drop_default_event_handlers(self)
         self._publish_status()
+        readiness = backend.readiness()
         self.get_logger().info(
-            f"{p['robot_type']} {self.robot_id} ready: store {self.store.config.path}, "
-            f"capacity {p['capacity']}, recovered {len(self.store.last_recovery.resumed)} "
-            f"resumed / {len(self.store.last_recovery.interrupted)} interrupted"
+            f"{p['robot_type']} {self.robot_id} started with backend {p['backend']!r}"
+            + ("" if readiness.ready else f" (waiting for {readiness.waiting_for})")
+            + f": store {self.store.config.path}, capacity {p['capacity']}, recovered "
+            f"{len(self.store.last_recovery.resumed)} resumed / "
+            f"{len(self.store.last_recovery.interrupted)} interrupted"
         )
 
     def _declare_parameters(self) -> dict[str, Any]:
         defaults: dict[str, Any] = {
             "robot_id": "robot_1",
             "robot_type": "amr",
-            "backend": "simulated",  # or "gazebo" (robots/factory.py)
+            # An entry point of group fleet_idempotency.robot_backends, or module:Class
+            # (robots/registry.py); its parameters are backend_params.<name>.
+            "backend": "simulated",
             "store_dir": str(Path.home() / ".ros" / "fleet_idempotency"),
             "capacity": 4,
-            "time_scale": 1.0,
+            # Where the fleet file says the robot starts (a backend may read its own).
             "start_x": 0.0,
             "start_y": 0.0,
             "start_theta": 0.0,
@@ -257,7 +262,6 @@ class AgentDriver(Node):
             # not sent if the final result goes first (agent/delayed_acks.py); 0: never.
             "ack_delay_s": 0.05,
             "transport_dedup": True,
-            "world_timeout_s": 30.0,
             "results_topic": "/fleet/results",
             # Fault injection for tests and demos: lose this fraction of outgoing results,
             # as a lossy link would. Seeded for reproducible runs (0: random seed).
@@ -292,6 +296,46 @@ class AgentDriver(Node):
                 f"keyring {path} belongs to {watched.keyring.robot_id!r}, not {self.robot_id!r}"
             )
         return watched
+
+    def _make_backend(self, p: dict[str, Any], shared: AgentProcessWork) -> RobotBackend:
+        """The backend named by ``backend``, its parameters read as ``backend_params.<name>``
+        (declared from its pydantic model, so ``ros2 param`` lists them with defaults)."""
+        name = p["backend"]
+        backend_class = load_backend_class(name)
+        values: dict[str, Any] = {}
+        for field_name, field in backend_class.Params.model_fields.items():
+            parameter = f"backend_params.{field_name}"
+            default = field.get_default(call_default_factory=True)
+            if isinstance(default, bool | int | float | str) and not field.is_required():
+                value = self.declare_parameter(parameter, default).value
+            else:
+                # Required, optional or structured: any type (structured values as JSON).
+                value = self.declare_parameter(
+                    parameter, None, ParameterDescriptor(dynamic_typing=True)
+                ).value
+            if value is not None:
+                values[field_name] = value
+        unknown = sorted(
+            name_[len("backend_params.") :]
+            for name_ in getattr(self, "_parameter_overrides", {})
+            if name_.startswith("backend_params.") and not self.has_parameter(name_)
+        )
+        if unknown:
+            raise BackendError(
+                f"backend {name!r} has no parameter(s) "
+                + ", ".join(f"backend_params.{field}" for field in unknown)
+                + f" (it takes: {', '.join(sorted(backend_class.Params.model_fields)) or 'none'})"
+            )
+        context = BackendContext(
+            robot_id=self.robot_id,
+            robot_type=p["robot_type"],
+            logger=self.get_logger(),
+            start_pose=Pose(x=p["start_x"], y=p["start_y"], theta=p["start_theta"]),
+            node=self,
+            shared=shared.resources,
+            on_ready_change=lambda: self._load_changed(force=True),
+        )
+        return make_backend(name, values, context)
 
     def _reload_keyring(self) -> None:
         assert self._keyring is not None
@@ -358,8 +402,8 @@ class AgentDriver(Node):
     ) -> CheckKey.Response:
         return fill_check_key_response(self.core.check_key(request.idempotency_key), response)
 
-    def _load_changed(self) -> None:
-        if self._status_throttle.on_change(idle=self.core.load().queue_depth == 0):
+    def _load_changed(self, force: bool = False) -> None:
+        if self._status_throttle.on_change(idle=self.core.load().queue_depth == 0) or force:
             self._publish_status()
 
     def _heartbeat(self) -> None:
@@ -369,6 +413,7 @@ class AgentDriver(Node):
     def _publish_status(self) -> None:
         load = self.core.load()
         pose = self.core.backend.pose()
+        readiness = self.core.backend.readiness()
         self._status.publish(
             RobotStatus(
                 robot_id=self.robot_id,
@@ -382,6 +427,8 @@ class AgentDriver(Node):
                 current_key=load.current_key,
                 last_finished_key=load.last_finished_key,
                 boot_id=self._boot_id,
+                ready=readiness.ready,
+                waiting_for=readiness.waiting_for,
                 stamp=self.get_clock().now().to_msg(),
             )
         )

@@ -26,11 +26,11 @@ import rclpy
 
 from fleet_idempotency.auth import FleetKeyring, KeyringError
 from fleet_idempotency.bringup.demo import Demo, DemoOptions
-from fleet_idempotency.bringup.fleet_config import FleetConfigError, load_fleet
 from fleet_idempotency.bringup.keys import fleet_keyring_path, provision, update
 from fleet_idempotency.bringup.plan import http_url, launch_plan, time_scale_for_speed
 from fleet_idempotency.bringup.processes import FleetProcesses
-from fleet_idempotency.bringup.resources import default_fleet_file
+from fleet_idempotency.description.fleet import FleetConfigError, load_fleet
+from fleet_idempotency.description.resources import default_fleet_file
 from fleet_idempotency.http.ports import available_port
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.ros.fleet_client import FleetClient, NoAnswer

@@ -30,13 +30,13 @@ import yaml
 
 from fleet_idempotency.bringup.audit import audit_orchestrator
 from fleet_idempotency.bringup.faults import CrashInjector, MisbehavingClient, crash_schedule
-from fleet_idempotency.bringup.fleet_config import FaultSettings, FleetConfig, load_fleet
 from fleet_idempotency.bringup.http_client import HttpFleetClient
 from fleet_idempotency.bringup.keys import provision
 from fleet_idempotency.bringup.plan import api_namespaces, http_url, launch_plan
-from fleet_idempotency.bringup.postgres import LocalPostgres, redacted_url
+from fleet_idempotency.bringup.postgres import LocalPostgres
 from fleet_idempotency.bringup.processes import FleetProcesses, Restart
 from fleet_idempotency.bringup.report import RunFigures, check_invariants, render
+from fleet_idempotency.description.fleet import FaultSettings, FleetConfig, load_fleet
 from fleet_idempotency.http.ports import available_port
 from fleet_idempotency.orchestrator.core import robot_key
 from fleet_idempotency.orchestrator.journal import needless_sends
@@ -45,6 +45,7 @@ from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_doma
 from fleet_idempotency.ros.fleet_client import FleetClient, NoAnswer
 from fleet_idempotency.sim.mission import MissionPlanner, PlannedCommand
 from fleet_idempotency.store import State
+from fleet_idempotency.store.urls import redacted_url
 
 CLIENT_ID = "wms"
 FINAL = (State.COMPLETED, State.FAILED, State.INTERRUPTED)

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fleet_idempotency.bringup.fleet_config import FleetConfig
 from fleet_idempotency.bringup.processes import FleetProcesses
 from fleet_idempotency.bringup.report import RunFigures
+from fleet_idempotency.description.fleet import FleetConfig
 from fleet_idempotency.ros.fleet_client import FleetClient
 from fleet_idempotency.sim.mission import PlannedCommand
 

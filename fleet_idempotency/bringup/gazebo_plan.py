@@ -19,8 +19,8 @@ from xml.etree import ElementTree as ET
 
 import yaml
 
-from fleet_idempotency.bringup.fleet_config import FleetConfig
 from fleet_idempotency.bringup.plan import NodeSpec, launch_plan
+from fleet_idempotency.description.fleet import FleetConfig
 from fleet_idempotency.sim.gazebo_names import (
     ARM_JOINTS,
     CMD_VEL,

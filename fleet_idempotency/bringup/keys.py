@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fleet_idempotency.auth import FleetKeyring
-from fleet_idempotency.bringup.fleet_config import FleetConfig
+from fleet_idempotency.description.fleet import FleetConfig
 
 FLEET_KEYRING = "fleet.json"
 

@@ -11,10 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleet_idempotency.bringup.fleet_config import FleetConfig, RobotSpec
+from fleet_idempotency.description.agent_parameters import (
+    ParameterValue,
+    agent_namespace,
+    agent_parameters,
+)
+from fleet_idempotency.description.fleet import FleetConfig, RobotSpec
 
 PACKAGE = "fleet_idempotency"
-ParameterValue = str | int | float | bool
 
 
 @dataclass(frozen=True)
@@ -61,30 +65,15 @@ def agent_node(
     robot_index: int = 0,
     keyring_dir: Path | None = None,
 ) -> NodeSpec:
-    retention = fleet.retention
-    parameters: dict[str, ParameterValue] = {
-        "robot_id": robot.id,
-        "robot_type": robot.type,
-        "start_x": robot.start.x,
-        "start_y": robot.start.y,
-        "start_theta": robot.start.theta,
-        "capacity": robot.capacity,
-        "store_dir": str(store_dir / "robots"),
-        "time_scale": fleet.simulation.time_scale if time_scale is None else time_scale,
-        "retention_s": retention.retention_s,
-        "tombstone_retention_s": retention.tombstone_retention_s,
-        "expired_key_policy": retention.expired_key_policy,
-        "result_drop_probability": fleet.faults.result_drop_probability,
-        # Distinct per robot, reproducible per fleet file; 0 keeps "random".
-        "seed": fleet.faults.seed + robot_index if fleet.faults.seed else 0,
-    }
-    if keyring_dir is not None:
-        parameters["auth_keyring"] = str(keyring_dir / f"{robot.id}.json")
-    for command_type, seconds in retention.retention_s_by_type.items():
-        parameters[f"retention_s_by_type.{command_type}"] = seconds
-    for command_type, policy in retention.recovery_policy_by_type.items():
-        parameters[f"recovery_policy_by_type.{command_type}"] = policy
-    return NodeSpec("agent_driver", "agent_driver", f"/fleet/{robot.id}", parameters)
+    parameters = agent_parameters(
+        fleet,
+        robot,
+        store_dir=store_dir,
+        time_scale=time_scale,
+        robot_index=robot_index,
+        keyring_dir=keyring_dir,
+    )
+    return NodeSpec("agent_driver", "agent_driver", agent_namespace(robot.id), parameters)
 
 
 def launch_plan(

@@ -42,13 +42,6 @@ def find_binaries() -> Path:
     )
 
 
-def redacted_url(url: str) -> str:
-    """``url`` without its password, for logs and output."""
-    scheme, _, rest = url.partition("://")
-    credentials, at, place = rest.rpartition("@")
-    return f"{scheme}://{credentials.partition(':')[0]}{at}{place}" if at else url
-
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import StreamingResponse
 
-from fleet_idempotency.sim.world import WorldConfig
+from fleet_idempotency.description.layout import WorldConfig
 from fleet_idempotency.store import InvalidRequest, canonical_json, validate_key
 from fleet_idempotency.store.fingerprint import MAX_JSON_DEPTH, fingerprint_of, parse_json
 

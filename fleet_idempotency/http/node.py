@@ -32,8 +32,8 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
-from fleet_idempotency.bringup.fleet_config import load_fleet
-from fleet_idempotency.bringup.resources import default_fleet_file
+from fleet_idempotency.description.fleet import load_fleet
+from fleet_idempotency.description.resources import default_fleet_file
 from fleet_idempotency.msg import (
     CommandResult,
     FleetEvent,

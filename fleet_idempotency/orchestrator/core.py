@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet_idempotency.auth import CommandSigner
-from fleet_idempotency.bringup.fleet_config import FleetConfig
 from fleet_idempotency.commands import InvalidCommand, validate_command
+from fleet_idempotency.description.fleet import FleetConfig
 from fleet_idempotency.events import EventLog, EventType, FleetEventRecord, FleetState, replay
 from fleet_idempotency.protocol import (
     ACCEPTED,
@@ -39,6 +39,7 @@ from fleet_idempotency.protocol import (
     CONFLICT,
     GONE,
     MISMATCH,
+    RETRY_LATER,
     STORE_FULL,
     UNAVAILABLE,
     Answer,
@@ -143,6 +144,7 @@ class OrchestratorCore:
             spec.id: RobotLane(spec.id, spec.type, spec.capacity, held=not replicated)
             for spec in fleet.robots
         }
+        self._capabilities = {spec.id: spec.capabilities() for spec in fleet.robots}
         self._dispatcher = Dispatcher(lanes, self.settings, clock=clock, rng=rng or random.Random())
         self.counters: Counter[str] = Counter()
         self._journal = Journal(
@@ -324,6 +326,7 @@ class OrchestratorCore:
             request.command_type,
             request.payload_json,
             max_payload_bytes=self.store.config.max_payload_bytes,
+            supported=self._capabilities[request.robot_id],
         )
 
     def _take(self, command: PendingCommand) -> bool:
@@ -559,9 +562,11 @@ class OrchestratorCore:
         heard_on: str | None = None,
         boot_id: str = "",
         last_finished_key: str = "",
+        ready: bool = True,
     ) -> bool:
         """A robot's load. ``heard_on``: the robot whose status topic carried it;
         ``boot_id``: its process's (a new one re-sends what it had in flight);
+        ``ready``: whether its backend can take commands (nothing is dispatched until so);
         ``last_finished_key``: the robot-side key it last answered (an idle robot's tells
         of a lost answer). True when dispatch may have work now (False for a heartbeat
         that changes nothing)."""
@@ -577,7 +582,7 @@ class OrchestratorCore:
             self.counters["status_invalid"] += 1
             return False
         effect = self._dispatcher.on_status(
-            robot_id, queue_depth, capacity, boot_id, last_finished_key
+            robot_id, queue_depth, capacity, boot_id, last_finished_key, ready
         )
         if effect is StatusEffect.UNKNOWN_ROBOT:
             self.counters["status_unknown_robot"] += 1
@@ -631,7 +636,7 @@ class OrchestratorCore:
             self.counters[f"final_{answer.state.name.lower()}"] += 1
             self._forget(client_key)
             return
-        if answer.status_code in (BUSY, STORE_FULL):
+        if answer.status_code in RETRY_LATER:
             self.counters["robot_busy"] += 1
             self._journal.append(
                 EventType.BUSY,

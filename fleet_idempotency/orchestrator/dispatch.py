@@ -29,7 +29,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fleet_idempotency.protocol import ACCEPTED, BUSY, CONFLICT, GONE, STORE_FULL, Answer
+from fleet_idempotency.protocol import ACCEPTED, CONFLICT, GONE, RETRY_LATER, Answer
 from fleet_idempotency.store import State
 from fleet_idempotency.store.keys import MAX_TOKEN_LENGTH
 
@@ -163,6 +163,9 @@ class RobotLane:
     # The robot process's boot id, from its statuses ("" until one names it): a new one
     # means the process restarted, and whatever it had not answered was lost with it.
     boot_id: str = ""
+    # The robot's backend can take commands (its statuses say; until then it would refuse
+    # each with 503, so nothing is dispatched to it).
+    ready: bool = True
     # Replicas: only the holder of the robot's lease dispatches to it, and every delivery
     # carries the lease's fencing token. A lone orchestrator holds every lane, token 0.
     held: bool = True
@@ -369,7 +372,7 @@ class Dispatcher:
             dirty, self._dirty = self._dirty, set()
             for robot_id in dirty:
                 lane = self.lanes[robot_id]
-                if not (lane.online and lane.held):
+                if not (lane.online and lane.held and lane.ready):
                     continue
                 unanswered = sum(1 for c in lane.in_flight.values() if not c.acknowledged)
                 while (
@@ -459,13 +462,14 @@ class Dispatcher:
             lane.robot_id, True, len(lane.in_flight), len(lane.queue), restarted=restarted
         )
 
-    def on_status(
+    def on_status(  # noqa: PLR0917 - a status's fields, in the message's order
         self,
         robot_id: str,
         queue_depth: int,
         capacity: int,
         boot_id: str = "",
         last_finished_key: str = "",
+        ready: bool = True,
     ) -> StatusEffect:
         """Note a robot's load, and say whether a dispatch round may now have work (most
         statuses are heartbeats that change nothing: no need to wake the dispatcher)."""
@@ -482,6 +486,11 @@ class Dispatcher:
                 lane.capacity = capacity
                 self._dirty.add(robot_id)
                 effect = StatusEffect.WAKE
+            if ready != lane.ready:
+                lane.ready = ready
+                if ready:
+                    self._dirty.add(robot_id)
+                    effect = StatusEffect.WAKE
             if queue_depth == 0 and self._fetch_lost_answer(lane, last_finished_key):
                 effect = StatusEffect.WAKE
             if self._pull_in_lost_results(lane, queue_depth):
@@ -581,7 +590,7 @@ class Dispatcher:
                 del lane.in_flight[answer.key]
                 self._dirty.add(lane.robot_id)
                 return ResultEffect.SETTLED, command
-            if answer.status_code in (BUSY, STORE_FULL):
+            if answer.status_code in RETRY_LATER:
                 del lane.in_flight[answer.key]
                 command.dispatched = False
                 command.backoff_s = 0.0

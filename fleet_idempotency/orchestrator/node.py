@@ -24,9 +24,8 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallb
 from rclpy.node import Node
 
 from fleet_idempotency.auth import CommandSigner, FleetKeyring, KeyringError, WatchedKeyring
-from fleet_idempotency.bringup.fleet_config import load_fleet
-from fleet_idempotency.bringup.postgres import redacted_url
-from fleet_idempotency.bringup.resources import default_fleet_file
+from fleet_idempotency.description.fleet import load_fleet
+from fleet_idempotency.description.resources import default_fleet_file
 from fleet_idempotency.events import EventLogConfig, FleetEventRecord, LmdbEventLog
 from fleet_idempotency.msg import (
     CommandResult,
@@ -68,6 +67,7 @@ from fleet_idempotency.ros.qos import (
 )
 from fleet_idempotency.srv import CheckKey, SubmitCommand
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
+from fleet_idempotency.store.urls import redacted_url
 
 ROBOT_CHECK_TIMEOUT_S = 2.0
 # Replicas: how often to look in the shared log for commands other replicas accepted for
@@ -406,6 +406,7 @@ class Orchestrator(Node):
             heard_on=heard_on,
             boot_id=message.boot_id,
             last_finished_key=message.last_finished_key,
+            ready=message.ready,
         ):
             self._dispatch.kick()
 

@@ -1,18 +1,52 @@
-"""The interface between the agent driver and a robot, simulated or real.
+"""The interface between the agent driver and a robot: what a robot integrator implements.
 
 The split between ``prepare`` and ``execute`` is the split the idempotency contract
 needs: a refusal from ``prepare`` happens before any side effect, so the agent releases
 the key and a retry may run; anything raised once ``execute`` has begun is final.
+
+A backend is a plug-in (``robots/registry.py``): a class that names the interface
+version it was written for, declares its parameters as a pydantic model, and is built
+with a ``BackendContext`` and those validated parameters. It opens whatever it needs
+(a link to a simulator, an MQTT client, action clients) in ``start``, without blocking,
+and says through ``readiness`` whether it can take a command yet. Until it can, the
+agent refuses new commands before any side effect (503, key released).
+
+No ROS imports: a backend that talks ROS gets the agent's node from its context.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel, ConfigDict
 
 from fleet_idempotency.commands import Payload
-from fleet_idempotency.sim.world import Pose
+from fleet_idempotency.geometry import Pose
+from fleet_idempotency.robots.shared import SharedResources
+
+# The version of this interface. A backend declares the one it was written for, as a
+# literal (``interface_version = 1``), and the agent refuses a backend built for a
+# version it does not implement. Bumped only by a change a backend must adapt to.
+INTERFACE_VERSION = 1
+SUPPORTED_INTERFACE_VERSIONS = frozenset({1})
+
+__all__ = [
+    "INTERFACE_VERSION",
+    "SUPPORTED_INTERFACE_VERSIONS",
+    "BackendContext",
+    "BackendLogger",
+    "Command",
+    "CommandRefused",
+    "ExecutionAborted",
+    "ExecutionFailed",
+    "NoParams",
+    "Pose",
+    "Readiness",
+    "RobotBackend",
+]
 
 
 @dataclass(frozen=True)
@@ -48,11 +82,75 @@ class ExecutionAborted(Exception):
     """The agent is shutting down mid-command; the claim stays for crash recovery."""
 
 
-class RobotBackend(ABC):
-    """What the agent driver needs from a robot."""
+@dataclass(frozen=True)
+class Readiness:
+    """Whether the backend can take a command now, and if not, what it waits for (said
+    in the robot's status and in the 503 a refused command gets)."""
+
+    ready: bool
+    waiting_for: str = ""
+
+
+READY = Readiness(True)
+
+
+class BackendLogger(Protocol):
+    def info(self, message: str) -> Any: ...
+    def warning(self, message: str) -> Any: ...
+    def error(self, message: str) -> Any: ...
+
+
+@dataclass(frozen=True)
+class BackendContext:
+    """What the agent gives a backend it builds.
+
+    ``start_pose``: where the fleet file says the robot starts (a backend that reads its
+    pose from the robot may ignore it). ``node``: the agent's rclpy node, for a backend
+    that talks ROS (None where the agent runs without ROS, as in the conformance kit's
+    plain-Python checks). ``shared``: resources shared by the agents of one process,
+    such as one connection to a simulator for every hosted robot.
+    """
 
     robot_id: str
     robot_type: str
+    logger: BackendLogger
+    start_pose: Pose = field(default_factory=Pose)
+    node: Any = None
+    shared: SharedResources = field(default_factory=SharedResources)
+    on_ready_change: Callable[[], None] = field(default=lambda: None)
+
+
+class NoParams(BaseModel):
+    """The parameters of a backend that takes none."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RobotBackend(ABC):
+    """What the agent driver needs from a robot.
+
+    Subclasses set ``interface_version`` (a literal) and, if they take parameters,
+    ``Params`` (a pydantic model; unknown fields should be forbidden so a typo is
+    refused). ``robot_types``: the robot types it can drive (None: any).
+    """
+
+    interface_version: ClassVar[int]
+    Params: ClassVar[type[BaseModel]] = NoParams
+    robot_types: ClassVar[frozenset[str] | None] = None
+
+    def __init__(self, context: BackendContext, params: BaseModel) -> None:
+        self.context = context
+        self.params = params
+        self.robot_id = context.robot_id
+        self.robot_type = context.robot_type
+
+    def start(self) -> None:  # noqa: B027 - optional: a backend may need nothing opened
+        """Open what the backend needs (connections, clients) without blocking: waiting
+        belongs in the background, reported through ``readiness``."""
+
+    def readiness(self) -> Readiness:
+        """Whether a command can be prepared now; called often, must be cheap."""
+        return READY
 
     @abstractmethod
     def supported_commands(self) -> frozenset[str]: ...
@@ -70,4 +168,5 @@ class RobotBackend(ABC):
         """Current pose, readable from any thread while a command runs."""
 
     def shutdown(self) -> None:  # noqa: B027 - optional hook; a backend may have nothing to abort
-        """Abort a running ``execute`` promptly (it raises ExecutionAborted)."""
+        """Abort a running ``execute`` promptly (it raises ExecutionAborted) and close what
+        ``start`` opened. Called once, from another thread than ``execute``'s."""

@@ -23,10 +23,11 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fleet_idempotency.geometry import Pose
 from fleet_idempotency.robots.backend import ExecutionAborted, ExecutionFailed
 from fleet_idempotency.robots.simulated import ARRIVAL_TOLERANCE_M, SimulatedRobot
 from fleet_idempotency.sim.gazebo_names import ARM_REACH_JOINT, ARM_YAW_JOINT
-from fleet_idempotency.sim.world import Pose, WorldActionName
+from fleet_idempotency.sim.world import WorldActionName
 from fleet_idempotency.sim.world_link import WorldLink
 
 

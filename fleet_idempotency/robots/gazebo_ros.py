@@ -25,7 +25,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
 
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
@@ -36,7 +35,7 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Empty, Float64
 
-from fleet_idempotency.bringup.fleet_config import validation_problems
+from fleet_idempotency.geometry import Pose
 from fleet_idempotency.robots.gazebo_control import (
     GazeboLinkError,
     GazeboRobot,
@@ -55,7 +54,6 @@ from fleet_idempotency.sim.gazebo_names import (
     carryable_items,
     joint_command,
 )
-from fleet_idempotency.sim.world import Pose
 from fleet_idempotency.sim.world_link import WorldLink
 
 # Grips are rare and must not be lost: reliable, and only sent once the bridge listens.
@@ -171,22 +169,6 @@ class RosGazeboLink:
         publisher.publish(Empty())
 
 
-def declare_motion_settings(node: Node) -> MotionSettings:
-    """``gazebo.<field>`` parameters on the node, validated; 0 for max_linear_m_s: the
-    robot type's speed."""
-    values: dict[str, Any] = {}
-    for name, field in MotionSettings.model_fields.items():
-        default = 0.0 if field.default is None else field.default
-        values[name] = node.declare_parameter(f"gazebo.{name}", default).value
-    if not values["max_linear_m_s"]:
-        values["max_linear_m_s"] = None
-    try:
-        return MotionSettings.model_validate(values)
-    except ValidationError as error:
-        problems = validation_problems(error, prefix="gazebo.")
-        raise ValueError(f"invalid Gazebo parameters: {problems}") from None
-
-
 def gazebo_backend(
     node: Node,
     world: WorldLink,
@@ -195,8 +177,10 @@ def gazebo_backend(
     robot_type: str,
     start: Pose,
     time_scale: float,
+    settings: MotionSettings,
 ) -> GazeboRobot:
-    """The agent's backend when it drives a robot in Gazebo (agent parameter backend:=gazebo)."""
+    """The robot of the ``gazebo`` backend (robots/world_backends.py), its topics on
+    ``node``."""
     link = RosGazeboLink(
         node,
         carryable_items(world.geometry(), robot_type),
@@ -208,6 +192,6 @@ def gazebo_backend(
         world,
         link,
         start,
-        settings=declare_motion_settings(node),
+        settings=settings,
         time_scale=time_scale,
     )

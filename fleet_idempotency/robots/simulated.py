@@ -18,6 +18,7 @@ from fleet_idempotency.commands import (
     MoveToWaypoint,
     Pick,
 )
+from fleet_idempotency.geometry import Pose
 from fleet_idempotency.robots.backend import (
     Command,
     ExecutionAborted,
@@ -25,7 +26,7 @@ from fleet_idempotency.robots.backend import (
     RobotBackend,
 )
 from fleet_idempotency.robots.targets import refuse_unsupported, resolve_target, result_body
-from fleet_idempotency.sim.world import Pose, WorldActionFailed, WorldActionName
+from fleet_idempotency.sim.world import WorldActionFailed, WorldActionName
 from fleet_idempotency.sim.world_link import WorldLink
 
 # Close enough to count as "already there" when a resumed move re-runs.

@@ -18,8 +18,9 @@ from fleet_idempotency.commands import (
     Place,
     check_capability,
 )
+from fleet_idempotency.description.layout import WorldConfig
+from fleet_idempotency.geometry import Pose
 from fleet_idempotency.robots.backend import Command, CommandRefused
-from fleet_idempotency.sim.world import Pose, WorldConfig
 
 
 @dataclass(frozen=True)

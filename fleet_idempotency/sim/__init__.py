@@ -11,7 +11,10 @@
 Only the ROS-free pieces are re-exported here.
 """
 
-from .world import Pose, World, WorldActionFailed, WorldConfig
+from fleet_idempotency.description.layout import WorldConfig
+from fleet_idempotency.geometry import Pose
+
+from .world import World, WorldActionFailed
 from .world_link import LocalWorldLink, WorldLink
 
 __all__ = ["LocalWorldLink", "Pose", "World", "WorldActionFailed", "WorldConfig", "WorldLink"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from fleet_idempotency.sim.world import WorldConfig
+from fleet_idempotency.description.layout import WorldConfig
 
 ROBOT_NAMESPACE: Final = "/fleet"
 WORLD_NAME: Final = "fleet_warehouse"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from fleet_idempotency.description.layout import WorldConfig
 from fleet_idempotency.sim.gazebo_names import item_model
-from fleet_idempotency.sim.world import WorldConfig
 
 DEFAULT_TOLERANCE_M = 0.3
 

@@ -22,7 +22,7 @@ from collections import Counter
 from typing import Final
 from xml.etree import ElementTree as ET
 
-from fleet_idempotency.bringup.fleet_config import FleetConfig, RobotSpec
+from fleet_idempotency.description.fleet import FleetConfig, RobotSpec
 from fleet_idempotency.robots.simulated import PROFILES
 from fleet_idempotency.sim.gazebo_names import (
     ARM_JOINTS,

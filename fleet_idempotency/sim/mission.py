@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleet_idempotency.bringup.fleet_config import FleetConfig, RobotSpec
+from fleet_idempotency.description.fleet import FleetConfig, RobotSpec
+from fleet_idempotency.description.layout import Slot
 from fleet_idempotency.robots.simulated import PROFILES
-from fleet_idempotency.sim.world import Slot
 from fleet_idempotency.store import State
 
 

@@ -9,59 +9,15 @@ No ROS imports; the world simulator node is a thin shell around this class.
 
 from __future__ import annotations
 
-import math
 import threading
-from collections import Counter, defaultdict
+from collections import defaultdict
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from fleet_idempotency.description.layout import WorldConfig
+from fleet_idempotency.geometry import Pose
 
-from fleet_idempotency.commands import NAME_PATTERN
-
-SlotKind = Literal["pallet", "station"]
 WorldActionName = Literal["arrive", "pick", "place", "dock"]
 COUNTED_ACTIONS: tuple[WorldActionName, ...] = ("arrive", "pick", "place", "dock")
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Point(_Model):
-    x: float
-    y: float
-
-
-class Pose(_Model):
-    x: float = 0.0
-    y: float = 0.0
-    theta: float = 0.0
-
-    def distance_to(self, x: float, y: float) -> float:
-        return math.hypot(x - self.x, y - self.y)
-
-
-class Slot(_Model):
-    """A pallet slot (forklifts) or a station (arms); ``item`` is what lies there at start."""
-
-    x: float
-    y: float
-    kind: SlotKind = "pallet"
-    item: str | None = Field(default=None, pattern=NAME_PATTERN)
-
-
-class WorldConfig(_Model):
-    waypoints: dict[str, Point] = Field(default_factory=dict)
-    docks: dict[str, Point] = Field(default_factory=dict)
-    slots: dict[str, Slot] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _unique_items(self) -> WorldConfig:
-        items = [slot.item for slot in self.slots.values() if slot.item is not None]
-        duplicated = sorted(item for item, count in Counter(items).items() if count > 1)
-        if duplicated:
-            raise ValueError(f"items placed in more than one slot: {duplicated}")
-        return self
 
 
 class WorldActionFailed(RuntimeError):

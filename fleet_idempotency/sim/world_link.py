@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from fleet_idempotency.sim.world import Pose, World, WorldActionName, WorldConfig
+from fleet_idempotency.description.layout import WorldConfig
+from fleet_idempotency.geometry import Pose
+from fleet_idempotency.sim.world import World, WorldActionName
 
 
 class WorldLink(Protocol):

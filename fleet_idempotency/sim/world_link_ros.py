@@ -19,9 +19,11 @@ from typing import Any
 from rclpy.client import Client
 from rclpy.context import Context
 
+from fleet_idempotency.description.layout import WorldConfig
+from fleet_idempotency.geometry import Pose
 from fleet_idempotency.ros.qos import SERVICE_QOS
 from fleet_idempotency.ros.side_thread import EventsSpinner, side_node
-from fleet_idempotency.sim.world import Pose, WorldActionFailed, WorldActionName, WorldConfig
+from fleet_idempotency.sim.world import WorldActionFailed, WorldActionName
 from fleet_idempotency.srv import GetWorldState, WorldAction
 
 

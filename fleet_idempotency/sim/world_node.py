@@ -15,12 +15,13 @@ from pathlib import Path
 from rclpy.node import Node
 from visualization_msgs.msg import Marker, MarkerArray
 
-from fleet_idempotency.bringup.fleet_config import load_fleet
-from fleet_idempotency.bringup.resources import default_fleet_file
+from fleet_idempotency.description.fleet import load_fleet
+from fleet_idempotency.description.resources import default_fleet_file
+from fleet_idempotency.geometry import Pose
 from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import run_nodes
 from fleet_idempotency.ros.qos import SERVICE_QOS, drop_default_event_handlers
-from fleet_idempotency.sim.world import COUNTED_ACTIONS, Pose, World, WorldActionFailed
+from fleet_idempotency.sim.world import COUNTED_ACTIONS, World, WorldActionFailed
 from fleet_idempotency.srv import GetWorldState, WorldAction
 
 

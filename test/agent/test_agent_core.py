@@ -19,7 +19,7 @@ from fleet_idempotency.agent.core import AgentCore
 from fleet_idempotency.agent.dedup_window import RecentDeliveries
 from fleet_idempotency.agent.delayed_acks import DelayedAcks
 from fleet_idempotency.auth import CommandSigner, CommandVerifier, FleetKeyring
-from fleet_idempotency.bringup.fleet_config import load_fleet
+from fleet_idempotency.description.fleet import load_fleet
 from fleet_idempotency.protocol import Answer, Delivery
 from fleet_idempotency.robots.simulated import SimulatedRobot
 from fleet_idempotency.sim.world import World

@@ -39,7 +39,7 @@ def test_one_process_hosts_independent_agents(
     for robot_id in robots:
         fleet.track_robot(robot_id)
     wait_for(
-        lambda: all(fleet.serving(r) for r in robots),
+        lambda: all(fleet.ready(r) for r in robots),
         executor=fleet.executor,
         what="the hosted agents",
         timeout_s=60.0,
@@ -86,7 +86,7 @@ def test_hosted_agents_share_one_timer_and_each_still_heartbeats(fleet: FleetHar
     from rclpy.event_handler import EventHandler
 
     from fleet_idempotency.agent.host import hosted_agents
-    from fleet_idempotency.bringup.fleet_config import load_fleet
+    from fleet_idempotency.description.fleet import load_fleet
     from fleet_idempotency.msg import RobotStatus
 
     config = load_fleet(FLEET_FILE)

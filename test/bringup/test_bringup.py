@@ -9,7 +9,6 @@ import pytest
 from rclpy.context import Context
 from rclpy.parameter import Parameter
 
-from fleet_idempotency.bringup.fleet_config import FleetConfigError, load_fleet, parse_fleet
 from fleet_idempotency.bringup.plan import (
     NodeSpec,
     api_namespaces,
@@ -18,6 +17,7 @@ from fleet_idempotency.bringup.plan import (
     launch_plan,
     time_scale_for_speed,
 )
+from fleet_idempotency.description.fleet import FleetConfigError, load_fleet, parse_fleet
 
 from support.paths import REPO
 

@@ -6,8 +6,8 @@ import json
 import random
 
 from fleet_idempotency.bringup.faults import ORCHESTRATOR, ROBOT, crash_schedule, different_payload
-from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.commands import parse_payload
+from fleet_idempotency.description.fleet import load_fleet
 from fleet_idempotency.sim.mission import MissionPlanner
 from fleet_idempotency.store.fingerprint import fingerprint_of
 

@@ -16,7 +16,6 @@ from xml.etree import ElementTree as ET
 import pytest
 import yaml
 
-from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.gazebo_plan import (
     GazeboPlan,
     bridge_entries,
@@ -25,6 +24,7 @@ from fleet_idempotency.bringup.gazebo_plan import (
     write_files,
 )
 from fleet_idempotency.bringup.plan import launch_plan
+from fleet_idempotency.description.fleet import load_fleet
 from fleet_idempotency.sim.gazebo_names import WORLD_NAME, carryable_items
 from fleet_idempotency.sim.gazebo_world import robot_sdf
 

@@ -7,9 +7,9 @@ import random
 from collections import Counter
 from typing import Any
 
-from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.report import RunFigures, check_invariants, render
 from fleet_idempotency.commands import check_capability, parse_payload
+from fleet_idempotency.description.fleet import load_fleet
 from fleet_idempotency.sim.mission import MissionPlanner
 from fleet_idempotency.sim.world import World
 from fleet_idempotency.store import State

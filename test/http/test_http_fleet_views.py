@@ -160,7 +160,7 @@ def test_sigterm_stops_the_server_cleanly_with_an_event_stream_open(
 
 
 def _fleet_robots() -> list[Any]:
-    from fleet_idempotency.bringup.fleet_config import load_fleet
+    from fleet_idempotency.description.fleet import load_fleet
 
     from support.paths import FLEET_FILE
 

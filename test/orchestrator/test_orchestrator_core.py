@@ -19,7 +19,7 @@ import pytest
 
 from fleet_idempotency.agent.core import AgentCore
 from fleet_idempotency.auth import CommandSigner, CommandVerifier, FleetKeyring
-from fleet_idempotency.bringup.fleet_config import FleetConfig, load_fleet
+from fleet_idempotency.description.fleet import FleetConfig, load_fleet
 from fleet_idempotency.events import EventLogConfig, EventType, LmdbEventLog, replay
 from fleet_idempotency.orchestrator import core as core_module
 from fleet_idempotency.orchestrator.core import (

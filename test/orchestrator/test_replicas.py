@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from fleet_idempotency.agent.core import AgentCore
-from fleet_idempotency.bringup.fleet_config import load_fleet
+from fleet_idempotency.description.fleet import load_fleet
 from fleet_idempotency.events import replay
 from fleet_idempotency.orchestrator.core import (
     OrchestratorCore,

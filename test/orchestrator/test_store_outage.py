@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from fleet_idempotency.agent.core import AgentCore
-from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.postgres import LocalPostgres
+from fleet_idempotency.description.fleet import load_fleet
 from fleet_idempotency.events import (
     EventLogConfig,
     EventLogUnavailable,

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from fleet_idempotency.commands import parse_payload
+from fleet_idempotency.description.layout import Slot, WorldConfig
+from fleet_idempotency.geometry import Point, Pose
 from fleet_idempotency.robots.backend import (
     Command,
     CommandRefused,
@@ -28,7 +30,7 @@ from fleet_idempotency.robots.gazebo_control import (
     wrap_angle,
 )
 from fleet_idempotency.sim.gazebo_names import ARM_REACH_JOINT, ARM_YAW_JOINT
-from fleet_idempotency.sim.world import Point, Pose, Slot, World, WorldConfig
+from fleet_idempotency.sim.world import World
 from fleet_idempotency.sim.world_link import LocalWorldLink
 
 from support.kinematic_body import FAST_MOTION, BlindBody, FrozenOdometryBody, KinematicBody

@@ -7,8 +7,9 @@ import math
 
 import pytest
 
-from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.commands import parse_payload
+from fleet_idempotency.description.fleet import load_fleet
+from fleet_idempotency.geometry import Pose
 from fleet_idempotency.robots.backend import Command
 from fleet_idempotency.robots.simulated import (
     MIN_TRAVEL_STEP_WALL_S,
@@ -16,7 +17,7 @@ from fleet_idempotency.robots.simulated import (
     TRAVEL_STEP_S,
     SimulatedRobot,
 )
-from fleet_idempotency.sim.world import Pose, World
+from fleet_idempotency.sim.world import World
 from fleet_idempotency.sim.world_link import LocalWorldLink
 
 from support.paths import REPO

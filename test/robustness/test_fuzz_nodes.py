@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.keys import provision, robot_keyring_path
+from fleet_idempotency.description.fleet import load_fleet
 from fleet_idempotency.events import EventLogConfig, EventType, LmdbEventLog
 from fleet_idempotency.orchestrator.core import robot_key
 from fleet_idempotency.store import IdempotencyStore, StoreConfig

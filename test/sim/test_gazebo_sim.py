@@ -26,7 +26,7 @@ tf2_msgs = pytest.importorskip(
 )
 pytest.importorskip("launch_ros", reason="launch_ros is not installed here (full ROS 2 install)")
 
-from fleet_idempotency.bringup.fleet_config import load_fleet  # noqa: E402
+from fleet_idempotency.description.fleet import load_fleet  # noqa: E402
 from fleet_idempotency.ros.fleet_client import FleetClient  # noqa: E402
 from fleet_idempotency.sim.gazebo_names import GAZEBO_POSES_ROS_TOPIC  # noqa: E402
 from fleet_idempotency.sim.gazebo_oracle import (  # noqa: E402

@@ -12,7 +12,8 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from fleet_idempotency.bringup.fleet_config import load_fleet, parse_fleet
+from fleet_idempotency.description.fleet import load_fleet, parse_fleet
+from fleet_idempotency.geometry import Pose
 from fleet_idempotency.sim.gazebo_names import (
     WORLD_NAME,
     carry_topic,
@@ -27,7 +28,7 @@ from fleet_idempotency.sim.gazebo_world import (
     robot_sdf,
     world_sdf,
 )
-from fleet_idempotency.sim.world import Pose, World
+from fleet_idempotency.sim.world import World
 
 from support.paths import FLEET_FILE
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from fleet_idempotency.bringup.fleet_config import FleetConfigError, load_fleet, parse_fleet
-from fleet_idempotency.sim.world import Pose, Slot, World, WorldActionFailed, WorldConfig
+from fleet_idempotency.description.fleet import FleetConfigError, load_fleet, parse_fleet
+from fleet_idempotency.description.layout import Slot, WorldConfig
+from fleet_idempotency.geometry import Pose
+from fleet_idempotency.sim.world import World, WorldActionFailed
 
 from support.paths import FLEET_FILE
 
@@ -101,8 +103,13 @@ def test_default_fleet_file_is_valid_and_heterogeneous() -> None:
 
 
 def test_fleet_errors_name_the_field() -> None:
-    with pytest.raises(FleetConfigError, match=r"robots\.0\.type"):
+    with pytest.raises(FleetConfigError, match=r"robots\.0\.type: String should match"):
+        parse_fleet({"robots": [{"id": "r1", "type": "sub marine"}]})
+    # Another kind of robot than the simulated ones says what it can do.
+    with pytest.raises(FleetConfigError, match=r"robots\.0: .*'submarine'.*'commands'"):
         parse_fleet({"robots": [{"id": "r1", "type": "submarine"}]})
+    charger = parse_fleet({"robots": [{"id": "c1", "type": "charger", "commands": ["dock"]}]})
+    assert charger.robot("c1").capabilities() == {"dock"}
     with pytest.raises(FleetConfigError, match="unique"):
         parse_fleet({"robots": [{"id": "r1", "type": "amr"}, {"id": "r1", "type": "arm"}]})
     with pytest.raises(FleetConfigError, match=r"world\.slots\.A1\.colour"):

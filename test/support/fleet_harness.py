@@ -66,14 +66,18 @@ class FleetHarness:
             executor=self.executor,
         )
 
-    def start_agent(self, robot_id: str, robot_type: str, **parameters: Any) -> None:
-        """Start (or restart) an agent process and wait until it serves its status check."""
+    def start_agent(
+        self, robot_id: str, robot_type: str, *, wait_ready: bool = True, **parameters: Any
+    ) -> None:
+        """Start (or restart) an agent process and wait until it serves its status check
+        and (``wait_ready``) says its backend is ready. ``time_scale``: the simulated
+        backend's (``backend_params.time_scale``)."""
 
         defaults = {
             "robot_id": robot_id,
             "robot_type": robot_type,
             "store_dir": str(self.store_dir),
-            "time_scale": 0.0,
+            "backend_params.time_scale": parameters.pop("time_scale", 0.0),
             "status_period_s": 0.2,
         }
         settings = {**defaults, **parameters}
@@ -87,6 +91,13 @@ class FleetHarness:
         self.children.spawn(f"agent_{robot_id}", args, self.env)
         self.track_robot(robot_id)
         self.wait_until_serving(robot_id, known, predecessor.boot_id if predecessor else None)
+        if wait_ready:
+            wait_for(
+                lambda: self.statuses[robot_id].ready,
+                timeout_s=STARTUP_TIMEOUT_S,
+                what=f"{robot_id} to report its backend ready",
+                executor=self.executor,
+            )
 
     def track_robot(self, robot_id: str) -> None:
         """Create this side's endpoints for a robot: commands out, status in, CheckKey."""
@@ -115,6 +126,10 @@ class FleetHarness:
             and self._check_clients[robot_id].service_is_ready()
             and robot_id in self.statuses
         )
+
+    def ready(self, robot_id: str) -> bool:
+        """Serving, and its backend says it can take commands."""
+        return self.serving(robot_id) and bool(self.statuses[robot_id].ready)
 
     def _subscription_gids(self, topic: str) -> set[bytes]:
         return {

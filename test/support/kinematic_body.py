@@ -13,8 +13,8 @@ import math
 import threading
 import time
 
+from fleet_idempotency.geometry import Pose
 from fleet_idempotency.robots.gazebo_control import JointReading, MotionSettings, PoseReading
-from fleet_idempotency.sim.world import Pose
 
 JOINT_SPEED = 2.0  # rad/s or m/s
 # Faster than the real robots, so that each real-time move in a test takes about a second.

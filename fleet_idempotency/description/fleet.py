@@ -1,5 +1,8 @@
 """The fleet description (YAML), validated once, shared by every way of starting a fleet.
 
+Below every part that reads it (orchestrator, agents, world, HTTP API, bring-up): it
+describes, it does not start anything.
+
 Errors name the bad field (``robots.2.type: Input should be 'amr', 'forklift' or 'arm'``)
 so that a typo in a fleet file is found before any node starts.
 """
@@ -12,21 +15,51 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from fleet_idempotency.commands import NAME_PATTERN, CommandType, RobotType
-from fleet_idempotency.sim.world import Pose, WorldConfig
+from fleet_idempotency.commands import NAME_PATTERN, ROBOT_CAPABILITIES, CommandType
+from fleet_idempotency.description.layout import WorldConfig
+from fleet_idempotency.geometry import Pose
 
 
 class FleetConfigError(ValueError):
     """A fleet file that cannot be used; the message names the file and the field."""
 
 
+BackendParamValue = str | int | float | bool | list[Any] | dict[str, Any] | None
+
+
 class RobotSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(pattern=NAME_PATTERN)
-    type: RobotType
+    # amr, forklift or arm (the simulated kinds), or any other kind a backend drives
+    # (then ``commands`` says what it can do).
+    type: str = Field(pattern=NAME_PATTERN)
     start: Pose = Field(default_factory=Pose)
     capacity: int = Field(default=4, ge=1, le=10_000)
+    # The robot backend the robot's agent drives (robots/registry.py): an entry point of
+    # group fleet_idempotency.robot_backends, or module:Class; and its parameters,
+    # validated by the backend itself when the agent starts.
+    backend: str = Field(default="simulated", min_length=1, max_length=256)
+    backend_params: dict[str, BackendParamValue] = Field(default_factory=dict)
+    # The command types this robot accepts (default: those of its type's simulated kind).
+    commands: frozenset[CommandType] | None = None
+
+    @model_validator(mode="after")
+    def _known_capabilities(self) -> RobotSpec:
+        if self.commands is None and self.type not in ROBOT_CAPABILITIES:
+            raise ValueError(
+                f"robot type {self.type!r} is not one of {', '.join(ROBOT_CAPABILITIES)}: "
+                "list the command types it accepts in 'commands'"
+            )
+        if self.commands is not None and not self.commands:
+            raise ValueError("'commands' must name at least one command type")
+        return self
+
+    def capabilities(self) -> frozenset[str]:
+        """The command types this robot accepts."""
+        if self.commands is not None:
+            return frozenset(self.commands)
+        return ROBOT_CAPABILITIES[self.type]
 
 
 class _Section(BaseModel):
