@@ -34,7 +34,9 @@ def test_default_fleet_plans_world_orchestrator_and_one_agent_per_robot(tmp_path
     forklift = next(spec for spec in agents if spec.parameters["robot_id"] == "forklift_1")
     assert forklift.parameters["robot_type"] == "forklift"
     assert forklift.parameters["store_dir"] == str(tmp_path / "robots")
-    assert forklift.parameters["time_scale"] == fleet.simulation.time_scale
+    assert forklift.parameters["backend"] == "simulated"
+    # The fleet's simulated time is the simulated backend's parameter.
+    assert forklift.parameters["backend_params.time_scale"] == fleet.simulation.time_scale
     assert forklift.parameters["recovery_policy_by_type.pick"] == "interrupt"
     assert forklift.parameters["recovery_policy_by_type.move_to_waypoint"] == "resume"
     orchestrator = plan[1]
@@ -53,12 +55,38 @@ def test_speed_overrides_the_time_scale_and_robot_subsets(tmp_path: Path) -> Non
         with_world=False,
     )
     assert len(plan) == 1 and plan[0].parameters["robot_type"] == "arm"
-    assert plan[0].parameters["time_scale"] == pytest.approx(0.05)
+    assert plan[0].parameters["backend_params.time_scale"] == pytest.approx(0.05)
     assert time_scale_for_speed("") is None
     with pytest.raises(ValueError, match="speed must be > 0"):
         time_scale_for_speed("0")
     with pytest.raises(ValueError, match="not in the fleet file"):
         launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path, robots=["ghost"])
+
+
+def test_backend_and_its_parameters_reach_the_agent(tmp_path: Path) -> None:
+    fleet = parse_fleet(
+        {
+            "robots": [
+                {
+                    "id": "charger_1",
+                    "type": "charger",
+                    "commands": ["dock"],
+                    "backend": "fleet_idem_charger.backend:ChargingStation",
+                    "backend_params": {"bays": ["D1", "D2"], "charge_s": 3, "log": "/x"},
+                },
+                {"id": "amr_1", "type": "amr", "backend_params": {"time_scale": 0.5}},
+            ]
+        }
+    )
+    plan = launch_plan(fleet, fleet_file=FLEET_FILE, store_dir=tmp_path, time_scale=0.01)
+    charger, amr = (spec for spec in plan if spec.executable == "agent_driver")
+    assert charger.parameters["backend"] == "fleet_idem_charger.backend:ChargingStation"
+    # Structured values travel as JSON (ROS parameters are scalars or flat lists).
+    assert charger.parameters["backend_params.bays"] == '["D1", "D2"]'
+    assert charger.parameters["backend_params.charge_s"] == 3
+    # simulation.time_scale is for the simulated backends only, and a robot's own wins.
+    assert "backend_params.time_scale" not in charger.parameters
+    assert amr.parameters["backend_params.time_scale"] == 0.5
 
 
 def test_ros_arguments_render_parameters_as_ros_parses_them() -> None:

@@ -1,0 +1,1 @@
+"""A charging station as a fleet_idempotency robot backend (the worked example)."""
