@@ -103,7 +103,12 @@ class LmdbEnvironment:
         if self.readonly and not (self.path / "data.mdb").exists():
             raise self._errors.error(f"no {kind} at {self.path} (data.mdb not found)")
         if not self.readonly:
-            self.path.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise self._errors.error(
+                    f"cannot create the {kind} directory {self.path}: {exc.strerror}"
+                ) from None
         try:
             return lmdb.open(
                 str(self.path),
