@@ -14,6 +14,8 @@ say "ruff (lint + format)"
 "$venv/bin/ruff" format --check --quiet .
 say "mypy (strict; the ROS shells may call untyped rclpy)"
 "$venv/bin/mypy" --no-error-summary
+say "import-linter (the layers run one way; the agent never imports the simulator)"
+"$venv/bin/lint-imports" --no-cache >/dev/null || "$venv/bin/lint-imports" --no-cache
 say "pytest"
 # DDS traffic of this run stays on this machine; each test leases its own domain id.
 export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST

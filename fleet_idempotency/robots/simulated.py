@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 from fleet_idempotency.commands import (
@@ -26,6 +25,7 @@ from fleet_idempotency.robots.backend import (
     RobotBackend,
 )
 from fleet_idempotency.robots.targets import refuse_unsupported, resolve_target, result_body
+from fleet_idempotency.sim.profiles import PROFILES
 from fleet_idempotency.sim.world import WorldActionFailed, WorldActionName
 from fleet_idempotency.sim.world_link import WorldLink
 
@@ -37,21 +37,6 @@ ARRIVAL_TOLERANCE_M = 0.05
 # replies every agent process reads, for a pose nobody looks at that often.
 TRAVEL_STEP_S = 0.5
 MIN_TRAVEL_STEP_WALL_S = 0.025
-
-
-@dataclass(frozen=True)
-class MotionProfile:
-    speed_m_s: float  # 0: fixed base (an arm)
-    reach_m: float  # how far from its base a fixed robot can pick or place
-    handling_s: float  # one pick or one place
-    docking_s: float
-
-
-PROFILES: dict[str, MotionProfile] = {
-    "amr": MotionProfile(speed_m_s=1.5, reach_m=0.0, handling_s=0.0, docking_s=4.0),
-    "forklift": MotionProfile(speed_m_s=1.0, reach_m=0.0, handling_s=3.0, docking_s=5.0),
-    "arm": MotionProfile(speed_m_s=0.0, reach_m=1.5, handling_s=2.0, docking_s=0.0),
-}
 
 
 class SimulatedRobot(RobotBackend):

@@ -33,7 +33,8 @@ from fleet_idempotency.robots.backend import (
     RobotBackend,
 )
 from fleet_idempotency.robots.gazebo_control import MotionSettings
-from fleet_idempotency.robots.simulated import PROFILES, SimulatedRobot
+from fleet_idempotency.robots.simulated import SimulatedRobot
+from fleet_idempotency.sim.profiles import PROFILES
 from fleet_idempotency.sim.world_link import WorldLink
 from fleet_idempotency.sim.world_link_ros import RosWorldLink, WorldUnavailable
 

@@ -27,20 +27,19 @@ from rclpy.signals import SignalHandlerOptions
 from fleet_idempotency.auth import KeyringError
 from fleet_idempotency.description.fleet import FleetConfigError
 from fleet_idempotency.events import EventLogError
-from fleet_idempotency.robots.registry import BackendError
 from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
 from fleet_idempotency.ros.side_thread import serve_events
 from fleet_idempotency.ros.stop_signals import shut_down_on_stop_signals
 from fleet_idempotency.store import StoreError
 
-# Errors a user can fix (a bad fleet file, a store from elsewhere, an unusable backend):
+# Errors a user can fix (a bad fleet file, a store from elsewhere, an unusable backend,
+# whose BackendError is a ValueError):
 # reported as one clear line, not a traceback.
 STARTUP_ERRORS = (
     KeyringError,
     FleetConfigError,
     StoreError,
     EventLogError,
-    BackendError,
     ValidationError,
     ValueError,
 )

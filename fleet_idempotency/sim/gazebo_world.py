@@ -23,7 +23,6 @@ from typing import Final
 from xml.etree import ElementTree as ET
 
 from fleet_idempotency.description.fleet import FleetConfig, RobotSpec
-from fleet_idempotency.robots.simulated import PROFILES
 from fleet_idempotency.sim.gazebo_names import (
     ARM_JOINTS,
     ARM_REACH_JOINT,
@@ -44,6 +43,7 @@ from fleet_idempotency.sim.gazebo_names import (
     slot_model,
     waypoint_model,
 )
+from fleet_idempotency.sim.profiles import PROFILES
 
 SDF_VERSION: Final = "1.9"
 ROBOT_BITMASK: Final = "0x01"

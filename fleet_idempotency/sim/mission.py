@@ -19,7 +19,7 @@ from typing import Any
 
 from fleet_idempotency.description.fleet import FleetConfig, RobotSpec
 from fleet_idempotency.description.layout import Slot
-from fleet_idempotency.robots.simulated import PROFILES
+from fleet_idempotency.sim.profiles import PROFILES
 from fleet_idempotency.store import State
 
 

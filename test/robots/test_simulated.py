@@ -13,10 +13,10 @@ from fleet_idempotency.geometry import Pose
 from fleet_idempotency.robots.backend import Command
 from fleet_idempotency.robots.simulated import (
     MIN_TRAVEL_STEP_WALL_S,
-    PROFILES,
     TRAVEL_STEP_S,
     SimulatedRobot,
 )
+from fleet_idempotency.sim.profiles import PROFILES
 from fleet_idempotency.sim.world import World
 from fleet_idempotency.sim.world_link import LocalWorldLink
 
