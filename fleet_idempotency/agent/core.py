@@ -106,7 +106,8 @@ class AgentCore:
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
-        """Report what crash recovery found, queue resumed commands, start the worker."""
+        """Report what crash recovery found, queue resumed commands and those to reconcile
+        with the robot, start the worker."""
         report = self.store.last_recovery
         for record in report.interrupted:
             self.counters["interrupted_reported"] += 1
@@ -118,23 +119,33 @@ class AgentCore:
         for record in report.resumed:
             self.counters["resumed"] += 1
             self._log.info(f"resuming {record.command_type} {record.key!r} after a crash")
-            delivery = Delivery(
-                key=record.key,
-                client_id="",
-                robot_id=record.robot_id,
-                command_type=record.command_type,
-                payload_json=record.payload_json,
-                attempt=record.attempt,
+            self._executor.enqueue(self._recovered_work(record, reconcile=False))
+        for record in report.reconciling:
+            self.counters["reconciling"] += 1
+            self._log.info(
+                f"asking the robot what became of {record.command_type} {record.key!r}, "
+                "begun before a crash"
             )
-            command = Command(
-                robot_id=self.robot_id,
-                key=record.key,
-                command_type=record.command_type,
-                payload=parse_payload(record.command_type, record.payload_json),
-                resumed=True,
-            )
-            self._executor.enqueue(Work(command, delivery))
+            self._executor.enqueue(self._recovered_work(record, reconcile=True))
         self._executor.start()
+
+    def _recovered_work(self, record: Record, *, reconcile: bool) -> Work:
+        delivery = Delivery(
+            key=record.key,
+            client_id="",
+            robot_id=record.robot_id,
+            command_type=record.command_type,
+            payload_json=record.payload_json,
+            attempt=record.attempt,
+        )
+        command = Command(
+            robot_id=self.robot_id,
+            key=record.key,
+            command_type=record.command_type,
+            payload=parse_payload(record.command_type, record.payload_json),
+            resumed=True,
+        )
+        return Work(command, delivery, reconcile=reconcile)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Abort the running command (its claim stays IN_PROGRESS for recovery) and stop."""

@@ -35,6 +35,7 @@ STORE_KEYS = (
     "gc_purged",
     "recovered_resumed",
     "recovered_interrupted",
+    "recovered_reconciling",
     "store_full",
     "used_bytes",
     "claim_limit_bytes",

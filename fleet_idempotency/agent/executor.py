@@ -29,9 +29,10 @@ from fleet_idempotency.robots.backend import (
     CommandRefused,
     ExecutionAborted,
     ExecutionFailed,
+    OutcomeUnknown,
     RobotBackend,
 )
-from fleet_idempotency.store import IdempotencyStore, State, StoreError
+from fleet_idempotency.store import INTERRUPTED_STATUS_CODE, IdempotencyStore, State, StoreError
 
 # How often a resumed command checks whether the backend became ready.
 READY_POLL_S = 0.2
@@ -60,6 +61,8 @@ class Load:
 class Work:
     command: Command
     delivery: Delivery
+    # Claimed by a process that died: ask the backend what became of it, never run it.
+    reconcile: bool = False
 
 
 class Executor:
@@ -158,9 +161,10 @@ class Executor:
                 self._log.error(f"could not publish the answer for {work.command.key!r}: {error!r}")
 
     def _wait_ready(self, command: Command) -> bool:
-        """Whether the backend can take ``command`` now. A command resumed after a crash
-        is already claimed and must not be released: it waits for the backend instead
-        (ExecutionAborted if the agent stops meanwhile, leaving it for the next start)."""
+        """Whether the backend can take ``command`` now. A command resumed or reconciled
+        after a crash is already claimed and must not be released: it waits for the
+        backend instead (ExecutionAborted if the agent stops meanwhile, leaving it for the
+        next start)."""
         if self.backend.readiness().ready:
             return True
         if not command.resumed:
@@ -172,6 +176,8 @@ class Executor:
 
     def _execute(self, work: Work) -> Answer | None:
         command, delivery = work.command, work.delivery
+        if work.reconcile:
+            return self._reconcile(work)
         if not self._wait_ready(command):
             # Claimed while the backend was ready, which it is no longer: nothing was
             # done, so the key is released as for any refusal before a side effect.
@@ -190,12 +196,27 @@ class Executor:
             self._counters["refused_released"] += 1
             return Answer.rejected(delivery, refusal.status_code, refusal.message)
 
+        return self._record(work, lambda: self.backend.execute(command))
+
+    def _reconcile(self, work: Work) -> Answer | None:
+        """A command the dead process had begun: the backend asks the robot; it is never
+        run again (``RobotBackend.reconcile``)."""
+        self._wait_ready(work.command)  # a resumed-like wait: it is claimed already
+        self._counters["reconciled"] += 1
+        return self._record(work, lambda: self.backend.reconcile(work.command))
+
+    def _record(self, work: Work, run: Callable[[], dict[str, Any]]) -> Answer | None:
+        """Run ``run`` (execute or reconcile), record its outcome as final, answer it."""
+        command, delivery = work.command, work.delivery
         try:
-            body = self.backend.execute(command)
+            body = run()
             state, code, result_json = State.COMPLETED, OK, json.dumps(body, sort_keys=True)
         except ExecutionFailed as failure:
             state, code = State.FAILED, failure.status_code
             result_json = json.dumps({"error": failure.message})
+        except OutcomeUnknown as unknown:
+            state, code = State.INTERRUPTED, INTERRUPTED_STATUS_CODE
+            result_json = json.dumps({"error": "interrupted", "message": str(unknown)})
         except ExecutionAborted:
             raise
         except Exception as error:  # side effects may have happened: final

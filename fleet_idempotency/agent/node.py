@@ -148,7 +148,9 @@ class AgentDriver(Node):
         # Everything that can refuse to start is checked before the backend opens anything.
         self._keyring = self._open_keyring(p["auth_keyring"])
         backend = self._make_backend(p, shared)
-        self.store = IdempotencyStore.open(self._store_config(p))
+        self.store = IdempotencyStore.open(
+            self._store_config(p, reconcile=type(backend).reconciles_after_crash)
+        )
         shared.join()
         self._results = self.create_publisher(CommandResult, p["results_topic"], RELIABLE_TOPIC_QOS)
         # Answers found by crash recovery are held until someone listens: published at
@@ -232,7 +234,8 @@ class AgentDriver(Node):
             + ("" if readiness.ready else f" (waiting for {readiness.waiting_for})")
             + f": store {self.store.config.path}, capacity {p['capacity']}, recovered "
             f"{len(self.store.last_recovery.resumed)} resumed / "
-            f"{len(self.store.last_recovery.interrupted)} interrupted"
+            f"{len(self.store.last_recovery.interrupted)} interrupted / "
+            f"{len(self.store.last_recovery.reconciling)} to reconcile"
         )
 
     def _declare_parameters(self) -> dict[str, Any]:
@@ -348,7 +351,9 @@ class AgentDriver(Node):
             self.core.verifier = CommandVerifier(keyring)
             self.get_logger().info(f"keyring reloaded: keys {sorted(keyring.keys)}")
 
-    def _store_config(self, p: dict[str, Any]) -> StoreConfig:
+    def _store_config(self, p: dict[str, Any], *, reconcile: bool = False) -> StoreConfig:
+        """``reconcile``: the backend can ask the robot what became of a command begun
+        before a crash, which beats any per-type policy (robots/backend.py)."""
         retention = {
             command_type: float(p[f"retention_s_by_type.{command_type}"])
             for command_type in COMMAND_TYPES
@@ -365,8 +370,8 @@ class AgentDriver(Node):
             retention_s_by_type=retention,
             tombstone_retention_s=p["tombstone_retention_s"],
             expired_key_policy=p["expired_key_policy"],
-            default_recovery_policy=p["default_recovery_policy"],
-            recovery_policy_by_type=policies,
+            default_recovery_policy="reconcile" if reconcile else p["default_recovery_policy"],
+            recovery_policy_by_type={} if reconcile else policies,
             map_size_max=int(p["store_map_size_max_mb"]) * 1024 * 1024,
             durable=p["durable"],
         )

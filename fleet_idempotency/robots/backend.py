@@ -43,6 +43,7 @@ __all__ = [
     "ExecutionAborted",
     "ExecutionFailed",
     "NoParams",
+    "OutcomeUnknown",
     "Pose",
     "Readiness",
     "RobotBackend",
@@ -80,6 +81,11 @@ class ExecutionFailed(Exception):
 
 class ExecutionAborted(Exception):
     """The agent is shutting down mid-command; the claim stays for crash recovery."""
+
+
+class OutcomeUnknown(Exception):
+    """After a crash, the robot cannot say what became of a command: it is reported
+    INTERRUPTED, for reconciliation, and never run again."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,10 @@ class RobotBackend(ABC):
     interface_version: ClassVar[int]
     Params: ClassVar[type[BaseModel]] = NoParams
     robot_types: ClassVar[frozenset[str] | None] = None
+    # True: after an agent crash, a command the dead process had begun is handed to
+    # ``reconcile`` (the robot is asked what became of it) instead of the agent's
+    # per-command-type recovery policy.
+    reconciles_after_crash: ClassVar[bool] = False
 
     def __init__(self, context: BackendContext, params: BaseModel) -> None:
         self.context = context
@@ -166,6 +176,16 @@ class RobotBackend(ABC):
     @abstractmethod
     def pose(self) -> Pose:
         """Current pose, readable from any thread while a command runs."""
+
+    def reconcile(self, command: Command) -> dict[str, Any]:
+        """After an agent crash: what became of ``command``, which the dead process had
+        claimed and may have started. Ask the robot, never start it again: return its
+        result body once it has finished (COMPLETED), raise ExecutionFailed if it failed,
+        OutcomeUnknown if the robot does not know it (INTERRUPTED); while the robot still
+        runs it, wait as ``execute`` would (ExecutionAborted on shutdown). Called on the
+        agent's worker thread once ``readiness`` is ready, only if
+        ``reconciles_after_crash``."""
+        raise OutcomeUnknown(f"{type(self).__name__} cannot ask the robot")
 
     def shutdown(self) -> None:  # noqa: B027 - optional hook; a backend may have nothing to abort
         """Abort a running ``execute`` promptly (it raises ExecutionAborted) and close what

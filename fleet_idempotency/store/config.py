@@ -13,7 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 MiB = 1024 * 1024
 
 ExpiredKeyPolicy = Literal["reject", "new"]
-RecoveryPolicy = Literal["resume", "interrupt"]
+# resume: re-run (absolute moves end in the same place); interrupt: INTERRUPTED, final;
+# reconcile: re-owned and handed to the caller to ask the robot what became of it,
+# never re-run (a backend that can read the outcome from the robot, e.g. VDA 5050).
+RecoveryPolicy = Literal["resume", "interrupt", "reconcile"]
 
 _DEFAULT_RECOVERY_POLICIES: dict[str, RecoveryPolicy] = {"move_to_waypoint": "resume"}
 # Lower case only: PostgreSQL folds unquoted names, so "Fleet" and "fleet" would be two

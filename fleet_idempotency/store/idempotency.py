@@ -463,7 +463,8 @@ class IdempotencyStore:
 
         ``resume``: re-owned by this process and returned for re-running (ACCEPTED records
         always resume: they never started, so nothing can be repeated). ``interrupt``:
-        marked INTERRUPTED with status 500, final and cached, for reconciliation. Records of
+        marked INTERRUPTED with status 500, final and cached, for reconciliation.
+        ``reconcile``: re-owned and returned for the caller to ask the robot. Records of
         live owners are untouched; the whole pass is one transaction, so two processes
         recovering at once never both resume the same record.
         """
@@ -472,16 +473,19 @@ class IdempotencyStore:
             now = self._clock()
             resumed: list[Record] = []
             interrupted: list[Record] = []
+            reconciling: list[Record] = []
             for record in view.in_flight_records():
                 if record.owner == self.owner or self._owner_alive(record.owner):
                     continue
-                if record.state == State.ACCEPTED or (
-                    self.config.recovery_policy_for(record.command_type) == "resume"
-                ):
+                policy = self.config.recovery_policy_for(record.command_type)
+                if record.state == State.ACCEPTED or policy in ("resume", "reconcile"):
                     updated = record.replace(
                         owner=self.owner, attempt=record.attempt + 1, updated_at=now
                     )
-                    resumed.append(updated)
+                    if record.state != State.ACCEPTED and policy == "reconcile":
+                        reconciling.append(updated)
+                    else:
+                        resumed.append(updated)
                 else:
                     updated = record.replace(
                         state=State.INTERRUPTED,
@@ -492,11 +496,12 @@ class IdempotencyStore:
                     )
                     interrupted.append(updated)
                 view.put_record(updated, record)
-            return RecoveryReport(resumed=resumed, interrupted=interrupted)
+            return RecoveryReport(resumed=resumed, interrupted=interrupted, reconciling=reconciling)
 
         report = self._write(apply)
         self._metrics.incr("recovered_resumed", len(report.resumed))
         self._metrics.incr("recovered_interrupted", len(report.interrupted))
+        self._metrics.incr("recovered_reconciling", len(report.reconciling))
         self.last_recovery = report
         return report
 

@@ -26,6 +26,7 @@ COUNTER_NAMES = (
     "gc_deferred_in_flight",
     "recovered_resumed",
     "recovered_interrupted",
+    "recovered_reconciling",
     "store_full",
     "commits",
     "committed_writes",

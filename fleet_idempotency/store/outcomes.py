@@ -120,6 +120,9 @@ class RecoveryReport:
     resumed: list[Record] = field(default_factory=list)
     # Marked INTERRUPTED (final, cached): they need reconciliation by an operator/client.
     interrupted: list[Record] = field(default_factory=list)
+    # Re-owned by this process under the ``reconcile`` policy: the caller must find out
+    # from the robot what became of them (never re-run them), then finish.
+    reconciling: list[Record] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

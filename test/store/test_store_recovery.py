@@ -112,6 +112,28 @@ def test_accepted_records_of_a_dead_owner_resume_whatever_the_type(
         assert [r.key for r in second.last_recovery.interrupted] == ["running-pick"]
 
 
+def test_reconcile_policy_hands_begun_records_back_to_the_caller(
+    store_location: Location,
+) -> None:
+    """For a backend that can ask its robot: begun records are re-owned and listed for
+    reconciliation, neither resumed (re-run) nor interrupted; queued ones still resume."""
+    config = make_config(store_location, default_recovery_policy="reconcile")
+    with IdempotencyStore.open(config, owner="boot/1/1") as first:
+        first.claim(**claim_args("queued-pick"), initial_state=State.ACCEPTED)
+        first.claim(**claim_args("running-pick"))
+    with IdempotencyStore.open(config, owner="boot/2/2", owner_alive=lambda owner: False) as second:
+        report = second.last_recovery
+        assert [r.key for r in report.resumed] == ["queued-pick"]
+        assert [r.key for r in report.reconciling] == ["running-pick"]
+        assert report.interrupted == []
+        record = second.check(ROBOT, "running-pick")
+        assert isinstance(record, Record) and record.state == State.IN_PROGRESS
+        assert record.owner == second.owner and record.attempt == 2
+        # Until the caller records what the robot said, a retry waits (409), never runs.
+        assert isinstance(second.claim(**claim_args("running-pick")), InProgress)
+        assert second.stats()["recovered_reconciling"] == 1
+
+
 def test_random_kill_9_while_claiming_and_finishing(store_location: Location) -> None:
     path = store_location
     rng = random.Random(20260)
