@@ -31,6 +31,10 @@ BUSY = 429
 INTERNAL = 500
 UNAVAILABLE = 503
 STORE_FULL = 507
+# How a node process says "I cannot start, and waiting will not help" (a bad parameter,
+# an unreadable store, an unknown backend), after one clear line on stderr: supervisors
+# do not restart it, since it would fail the same way again.
+EXIT_STARTUP_ERROR: Final = 1
 # A robot's refusals that a later re-send of the same command may pass: full queue (429),
 # full store (507), backend not ready yet (503). The orchestrator holds the command and
 # pauses the robot's lane instead of failing it.

@@ -217,8 +217,14 @@ class Executor:
         except OutcomeUnknown as unknown:
             state, code = State.INTERRUPTED, INTERRUPTED_STATUS_CODE
             result_json = json.dumps({"error": "interrupted", "message": str(unknown)})
-        except ExecutionAborted:
-            raise
+        except ExecutionAborted as aborted:
+            if self._stopping.is_set():
+                raise
+            # Only a shutdown may leave a command in flight: an abort without one is a
+            # backend fault after execution began, final like any other.
+            self._log.error(f"{command.key!r}: the backend aborted without a shutdown")
+            state, code = State.FAILED, INTERNAL
+            result_json = json.dumps({"error": f"backend aborted: {aborted}"})
         except Exception as error:  # side effects may have happened: final
             self._log.error(f"{command.key!r} crashed the backend: {error!r}")
             state, code = State.FAILED, INTERNAL

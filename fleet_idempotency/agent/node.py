@@ -212,10 +212,11 @@ class AgentDriver(Node):
         shared.diagnostics.append(
             StoreDiagnostics(self, self.robot_id, self.store, self.core.counters, guard=guard)
         )
-        self.core.start()
-        # Opened last: a backend that is ready at once may report it straight away, and its
-        # waiting (a simulator or a robot controller not up yet) never holds up start-up.
+        # Started before the worker, which may hold a command resumed after a crash: the
+        # backend opens what it needs first; its waiting (a simulator or a controller not
+        # up yet) happens in the background and never holds up start-up.
         backend.start()
+        self.core.start()
         # Checked at the heartbeat's pace: a subscriber is matched within a period or two.
         self._announce_job = work.every(
             p["status_period_s"],
@@ -307,15 +308,16 @@ class AgentDriver(Node):
         backend_class = load_backend_class(name)
         values: dict[str, Any] = {}
         for field_name, field in backend_class.Params.model_fields.items():
-            parameter = f"backend_params.{field_name}"
             default = field.get_default(call_default_factory=True)
-            if isinstance(default, bool | int | float | str) and not field.is_required():
-                value = self.declare_parameter(parameter, default).value
-            else:
-                # Required, optional or structured: any type (structured values as JSON).
-                value = self.declare_parameter(
-                    parameter, None, ParameterDescriptor(dynamic_typing=True)
-                ).value
+            if field.is_required() or not isinstance(default, bool | int | float | str):
+                default = None  # required, optional or structured (as JSON)
+            # Any type: the backend's model validates (an int for a float, "1.5" for a
+            # number), and a wrong one is refused naming the field, not by rclpy.
+            value = self.declare_parameter(
+                f"backend_params.{field_name}",
+                default,
+                ParameterDescriptor(dynamic_typing=True),
+            ).value
             if value is not None:
                 values[field_name] = value
         unknown = sorted(

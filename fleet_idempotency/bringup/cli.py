@@ -32,6 +32,7 @@ from fleet_idempotency.bringup.processes import FleetProcesses
 from fleet_idempotency.description.fleet import FleetConfigError, load_fleet
 from fleet_idempotency.description.resources import default_fleet_file
 from fleet_idempotency.http.ports import available_port
+from fleet_idempotency.protocol import EXIT_STARTUP_ERROR
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.ros.fleet_client import FleetClient, NoAnswer
 
@@ -228,6 +229,11 @@ def _up(options: argparse.Namespace) -> int:
                 f"supervisor: {restart.name} exited (code {restart.exit_code}); restarted "
                 f"after {restart.delay_s:.1f} s (restart #{restart.count}); its log: "
                 f"{store_dir / 'logs' / (restart.name + '.log')}",
+                flush=True,
+            ),
+            on_give_up=lambda name: print(
+                f"supervisor: {name} cannot start (exit code {EXIT_STARTUP_ERROR}) and is not "
+                f"restarted; its log: {store_dir / 'logs' / (name + '.log')}",
                 flush=True,
             ),
         )

@@ -164,6 +164,9 @@ class Demo:
                 self.store_dir / "logs",
                 env,
                 on_restart=self._restarted,
+                on_give_up=lambda name: self.out(
+                    f"  !! {name} cannot start and is not restarted (see its log)"
+                ),
             )
             context = rclpy.Context()
             rclpy.init(context=context, domain_id=domain_id)

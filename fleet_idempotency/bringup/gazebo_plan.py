@@ -36,6 +36,7 @@ from fleet_idempotency.sim.gazebo_names import (
     ros_topic,
 )
 from fleet_idempotency.sim.gazebo_world import robot_sdf, world_sdf
+from fleet_idempotency.sim.profiles import PROFILES
 
 BRIDGE_PACKAGE: Final = "ros_gz_bridge"
 SPAWN_HEIGHT_M: Final = 0.02
@@ -195,6 +196,18 @@ def gazebo_plan(
 ) -> GazeboPlan:
     """The Gazebo fleet for this description; ``world_file`` replaces the generated world
     (it must hold the fleet's items as ``item_<name>`` models for the grips to work)."""
+    others = [
+        f"{robot.id} ({robot.type}, backend {robot.backend!r})"
+        for robot in fleet.robots
+        if robot.backend != "simulated" or robot.type not in PROFILES
+    ]
+    if others:
+        # Gazebo gives bodies to the simulated kinds only; a robot of another backend has
+        # its own body, and a plan that swapped its backend for 'gazebo' would be wrong.
+        raise ValueError(
+            "a Gazebo fleet gives bodies to simulated amr, forklift and arm robots only; "
+            f"not to {', '.join(others)}"
+        )
     files: dict[Path, str] = {}
     if world_file is None:
         world_file = output_dir / "world.sdf"

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from fleet_idempotency.description.agent_parameters import (
     ParameterValue,
     agent_namespace,
@@ -42,17 +44,23 @@ class NodeSpec:
         if self.namespace:
             arguments += ["-r", f"__ns:={self.namespace}"]
         for name, value in self.parameters.items():
-            arguments += ["-p", f"{name}:={_render(value)}"]
+            arguments += ["-p", f"{name}:={render_parameter(value)}"]
         return arguments
 
 
-def _render(value: ParameterValue) -> str:
-    # ROS parses parameter values as YAML: booleans must be lower-case, and strings that
-    # look like numbers or booleans would change type, so quote those.
+def render_parameter(value: ParameterValue) -> str:
+    """``value`` as a ``-p name:=value`` argument. ROS parses it as YAML: booleans must
+    be lower-case, and a string YAML would read as anything but that string (a number,
+    a boolean, JSON, nothing) is single-quoted so that it stays a string."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", ""):
-        return f"'{value}'"
+    if isinstance(value, str):
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            parsed = None
+        if parsed != value:
+            return "'" + value.replace("'", "''") + "'"
     return str(value)
 
 

@@ -7,12 +7,14 @@ Each child also holds the read end of a pipe only this process writes to
 shuts down, so no node of the fleet outlives ``fleet-idem``.
 
 Supervision is ``ros2 launch``'s ``respawn``: a child that exits while the fleet is up is
-started again after a delay that doubles while it keeps dying young (a crash loop must
-not become a fork bomb) and resets once it has stayed up. One thread per child blocks in
-``wait()``: a death is noticed when it happens. It first looks a few times at which UDP
-ports the child holds, and when the child dies by a signal it keeps those ports from the
-replacement for a while (``port_hold.py``: otherwise the replacement takes the dead
-participant's id while peers still hold it, and is matched seconds late). No ROS imports.
+started again (unless it exited with the nodes' start-up error code: it would only fail
+the same way again, and its log says why) after a delay that doubles while it keeps
+dying young (a crash loop must not become a fork bomb) and resets once it has stayed up.
+One thread per child blocks in ``wait()``: a death is noticed when it happens. It first
+looks a few times at which UDP ports the child holds, and when the child dies by a signal
+it keeps those ports from the replacement for a while (``port_hold.py``: otherwise the
+replacement takes the dead participant's id while peers still hold it, and is matched
+seconds late). No ROS imports.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 
 from fleet_idempotency.bringup.plan import NodeSpec
 from fleet_idempotency.bringup.port_hold import DEAD_PARTICIPANT_LEASE_S, PortHold, udp_ports
+from fleet_idempotency.protocol import EXIT_STARTUP_ERROR
 from fleet_idempotency.ros.parent_watch import PARENT_FD_VARIABLE
 
 RESPAWN_DELAY_S = 1.0
@@ -85,15 +88,19 @@ class FleetProcesses:
         respawn: bool = True,
         respawn_delay_s: float = RESPAWN_DELAY_S,
         on_restart: Callable[[Restart], None] = lambda _restart: None,
+        on_give_up: Callable[[str], None] = lambda _name: None,
         port_hold_s: float = DEAD_PARTICIPANT_LEASE_S,
     ) -> None:
         """``port_hold_s``: how long a child killed by a signal keeps its UDP ports from
-        whatever starts next (0: not at all)."""
+        whatever starts next (0: not at all). ``on_give_up(name)``: a child exited with the
+        start-up error code and is not restarted."""
         self.log_dir = log_dir
         self.env = env
         self.respawn = respawn
         self.respawn_delay_s = respawn_delay_s
         self._on_restart = on_restart
+        self._on_give_up = on_give_up
+        self.given_up: list[str] = []
         self.port_hold_s = port_hold_s
         self._port_holds: list[PortHold] = []
         self.children: dict[str, _Child] = {}
@@ -164,6 +171,11 @@ class FleetProcesses:
     def _supervise(self, name: str, child: _Child) -> None:
         exit_code = self._learn_ports_then_wait(child)
         if self._stopping.is_set():
+            return
+        if exit_code == EXIT_STARTUP_ERROR:
+            with self._lock:
+                self.given_up.append(name)
+            self._on_give_up(name)
             return
         if exit_code < 0:
             self._hold_ports(child)

@@ -65,6 +65,9 @@ from .gateway import KeyReport, SubmitCall, SubmitReply, Unavailable
 from .metrics import HttpMetrics
 from .view import FleetView, RobotView
 
+# A robot's "waiting for" as shown over HTTP: a sentence, not an unbounded string.
+MAX_WAITING_FOR = 200
+
 LOOPBACK = "127.0.0.1"
 # The orchestrator's services and boot messages (this node talks to the primary one).
 API_NAMESPACE = "/fleet"
@@ -231,6 +234,8 @@ class HttpApiNode(Node):
                 "capacity": int(message.capacity),
                 "busy": bool(message.busy),
                 "current_key": message.current_key,
+                "ready": bool(message.ready),
+                "waiting_for": message.waiting_for[:MAX_WAITING_FOR],
             }
         )
 

@@ -33,6 +33,10 @@ class RobotView:
     capacity: int = 0
     busy: bool = False
     current_key: str = ""
+    # The robot's backend can take commands; if not, what it waits for (its simulator,
+    # its controller): a robot online but not ready holds its commands back.
+    ready: bool = True
+    waiting_for: str = ""
     seen_at: float = 0.0  # monotonic; 0: never
 
 
@@ -109,6 +113,8 @@ class FleetView:
                 "queue_depth": r.queue_depth,
                 "capacity": r.capacity,
                 "busy": r.busy,
+                "ready": r.ready,
+                "waiting_for": r.waiting_for,
                 # Robot-side keys are "<client>:<key>": a client sees only its own.
                 "current_key": r.current_key if caller.owns_robot_key(r.current_key) else "",
             }

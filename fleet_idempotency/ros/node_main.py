@@ -27,6 +27,7 @@ from rclpy.signals import SignalHandlerOptions
 from fleet_idempotency.auth import KeyringError
 from fleet_idempotency.description.fleet import FleetConfigError
 from fleet_idempotency.events import EventLogError
+from fleet_idempotency.protocol import EXIT_STARTUP_ERROR
 from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
 from fleet_idempotency.ros.side_thread import serve_events
 from fleet_idempotency.ros.stop_signals import shut_down_on_stop_signals
@@ -88,7 +89,7 @@ def run_nodes(
             nodes = make_nodes()
         except STARTUP_ERRORS as error:
             print(f"{name}: cannot start: {error}", file=sys.stderr)
-            raise SystemExit(1) from None
+            raise SystemExit(EXIT_STARTUP_ERROR) from None
         if executor == "events":
             spin_events(nodes, between_events)
         else:

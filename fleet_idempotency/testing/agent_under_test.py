@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from fleet_idempotency.bringup.plan import render_parameter
 from fleet_idempotency.geometry import Pose
 
 T = TypeVar("T")
@@ -49,6 +50,9 @@ class BackendUnderTest:
     on ``key``, read from the robot's side (a log, a counter, a simulator's oracle): the
     checks' oracle for "at most once". ``env``: extra environment for the agent process
     (e.g. PYTHONPATH for a ``module:Class`` backend that is not installed).
+    ``reconciles_after_crash``: as the backend's own attribute; then a command cut short
+    by a crash or a shutdown may end as the robot reports it (COMPLETED, FAILED), not only
+    INTERRUPTED, but never with a second side effect.
     """
 
     backend: str
@@ -61,6 +65,11 @@ class BackendUnderTest:
     env: Mapping[str, str] = field(default_factory=dict)
     robot_id: str = "robot_under_test"
     start: Pose = field(default_factory=Pose)
+    reconciles_after_crash: bool = False
+
+    def final_states_after_a_crash(self) -> tuple[int, ...]:
+        """What a command cut short by a crash may end as (CommandResult.STATE_*)."""
+        return FINAL_STATES if self.reconciles_after_crash else (5,)
 
 
 def wait_until(
@@ -150,13 +159,9 @@ class AgentUnderTest:
         arguments = [sys.executable, "-m", "fleet_idempotency.agent.node", "--ros-args"]
         arguments += ["-r", f"__ns:=/fleet/{subject.robot_id}"]
         for name, value in parameters.items():
-            if isinstance(value, bool):
-                rendered = "true" if value else "false"
-            elif isinstance(value, dict | list):
-                rendered = json.dumps(value)
-            else:
-                rendered = str(value)
-            arguments += ["-p", f"{name}:={rendered}"]
+            # Structured values travel as JSON strings, as the fleet file's do.
+            plain = json.dumps(value) if isinstance(value, dict | list) else value
+            arguments += ["-p", f"{name}:={render_parameter(plain)}"]
         return arguments
 
     def start(self, *, wait_ready: bool = True, **extra: Any) -> None:

@@ -94,7 +94,15 @@ def test_ros_arguments_render_parameters_as_ros_parses_them() -> None:
         "agent_driver",
         "agent_driver",
         "/fleet/amr_1",
-        {"robot_id": "amr_1", "durable": True, "capacity": 4, "policy": "no"},
+        {
+            "robot_id": "amr_1",
+            "durable": True,
+            "capacity": 4,
+            "policy": "no",
+            "backend_params.serial": "123",
+            "backend_params.bays": '[{"name": "D1"}]',
+            "backend_params.label": "it's",
+        },
     )
     assert spec.ros_arguments() == [
         "--ros-args",
@@ -108,6 +116,13 @@ def test_ros_arguments_render_parameters_as_ros_parses_them() -> None:
         "capacity:=4",
         "-p",
         "policy:='no'",
+        # Strings that YAML would read as a number or as JSON stay strings.
+        "-p",
+        "backend_params.serial:='123'",
+        "-p",
+        """backend_params.bays:='[{"name": "D1"}]'""",
+        "-p",
+        "backend_params.label:=it's",
     ]
 
 

@@ -194,3 +194,13 @@ def test_the_launch_actions_build_where_launch_ros_and_ros_gz_are_installed(
     actions = gazebo_actions(plan)
     # gz sim, the first step, one handler per later step, then every node of the plan.
     assert len(actions) == 1 + 1 + (len(plan.steps) - 1) + len(plan.nodes)
+
+
+def test_a_fleet_with_robots_of_other_backends_is_refused_clearly(tmp_path: Path) -> None:
+    fleet = load_fleet(FLEET_FILE)
+    charger = {"id": "charger_1", "type": "charger", "commands": ["dock"], "backend": "charger"}
+    mixed = type(fleet).model_validate(
+        {**fleet.model_dump(), "robots": [*fleet.model_dump()["robots"], charger]}
+    )
+    with pytest.raises(ValueError, match=r"not to charger_1 \(charger, backend 'charger'\)"):
+        gazebo_plan(mixed, fleet_file=FLEET_FILE, store_dir=tmp_path, output_dir=tmp_path)

@@ -113,6 +113,25 @@ def test_a_child_that_stayed_up_is_restarted_promptly_again(tmp_path: Path, monk
     assert [restart.delay_s for restart in fleet.restarts] == [0.05, 0.05]
 
 
+def test_a_start_up_error_is_not_restarted(tmp_path: Path) -> None:
+    """Exit code 1 is a node's "cannot start, waiting will not help" (ros/node_main.py):
+    restarting it would only loop on the same error."""
+    given_up: list[str] = []
+    fleet = FleetProcesses(
+        tmp_path / "logs", dict(os.environ), respawn_delay_s=0.05, on_give_up=given_up.append
+    )
+    try:
+        fleet.start(
+            "bad", [sys.executable, "-c", "import sys; sys.exit('bad: cannot start: no store')"]
+        )
+        wait_for(lambda: given_up == ["bad"], timeout_s=30, what="the supervisor to give up")
+        time.sleep(0.2)  # a restart, were one scheduled, would be due by now
+        assert fleet.restart_count("bad") == 0 and fleet.given_up == ["bad"]
+        assert "cannot start" in fleet.log_tail("bad")
+    finally:
+        fleet.stop_all()
+
+
 def test_stopping_never_restarts(tmp_path: Path) -> None:
     fleet = FleetProcesses(tmp_path / "logs", dict(os.environ), respawn_delay_s=0.01)
     fleet.start("node", [sys.executable, "-c", CHILD])

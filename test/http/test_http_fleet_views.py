@@ -101,6 +101,7 @@ def test_robots_events_paged_and_streamed_and_metrics(
         assert set(robots) == {s.id for s in _fleet_robots()}
         assert robots["amr_1"]["online"] and robots["amr_1"]["robot_type"] == "amr"
         assert robots["amr_1"]["capacity"] == 4 and not robots["amr_3"]["online"]
+        assert robots["amr_1"]["ready"] and robots["amr_1"]["waiting_for"] == ""
 
         # The live state comes from the world simulator's service, which the server may not
         # have discovered yet on a loaded machine: until then it answers the map alone.
