@@ -80,7 +80,8 @@ def test_nodes_start_in_any_order(
         what="the HTTP API to see the orchestrator",
         timeout_s=60,
     )
-    fleet.start_agent("amr_1", "amr", wait_ready=False)
+    # An integer for the float time_scale, as a hand-written -p gives it: accepted.
+    fleet.start_agent("amr_1", "amr", wait_ready=False, time_scale=0)
     assert not fleet.statuses["amr_1"].ready
     queued = fleet.submit("wms", "order-1", "amr_1", "dock", '{"dock": "D1"}')
     assert queued.status_code == 202, queued.message

@@ -176,4 +176,5 @@ def test_a_bad_fleet_file_is_a_clear_error(tmp_path: Path) -> None:
         ["demo", "--fleet", str(fleet), "--commands", "1"], dict(os.environ), tmp_path
     )
     assert result.returncode == 2
-    assert "robots.0.type" in result.stderr and "Traceback" not in result.stderr
+    assert "robots.0: " in result.stderr and "'submarine'" in result.stderr
+    assert "Traceback" not in result.stderr
