@@ -201,6 +201,8 @@ setup(
         # The shared PostgreSQL event log; imported only when a postgresql:// URL is used.
         "psycopg>=3.1",
         "psycopg-pool>=3.2",
+        # VDA 5050 vehicles over MQTT (robots/vda5050, sim/vda5050_vehicle.py).
+        "paho-mqtt>=2.1,<3",
     ],
     zip_safe=False,
     maintainer="fleet_idempotency maintainers",
