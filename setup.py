@@ -219,6 +219,7 @@ setup(
             "orchestrator = fleet_idempotency.orchestrator.node:main",
             "agent_host = fleet_idempotency.agent.host:main",
             "world_simulator = fleet_idempotency.sim.world_node:main",
+            "vda5050_vehicle = fleet_idempotency.sim.vda5050_vehicle:main",
             "http_api = fleet_idempotency.http.node:main",
             "fleet-idem = fleet_idempotency.bringup.cli:main",
             "fleet-idem-store = fleet_idempotency.store.cli:main",
@@ -228,6 +229,7 @@ setup(
         "fleet_idempotency.robot_backends": [
             "simulated = fleet_idempotency.robots.world_backends:SimulatedBackend",
             "gazebo = fleet_idempotency.robots.world_backends:GazeboBackend",
+            "vda5050 = fleet_idempotency.robots.vda5050.backend:Vda5050Backend",
         ],
     },
 )

@@ -49,6 +49,10 @@ class BackendUnderTest:
     on ``key``, read from the robot's side (a log, a counter, a simulator's oracle): the
     checks' oracle for "at most once". ``env``: extra environment for the agent process
     (e.g. PYTHONPATH for a ``module:Class`` backend that is not installed).
+    ``reconciles_after_crash``: the backend's own flag; such a backend asks its robot what
+    became of a command the dead agent had begun, so after a restart the key ends as the
+    robot says (COMPLETED, FAILED or INTERRUPTED), never run again, instead of always
+    INTERRUPTED.
     """
 
     backend: str
@@ -61,6 +65,7 @@ class BackendUnderTest:
     env: Mapping[str, str] = field(default_factory=dict)
     robot_id: str = "robot_under_test"
     start: Pose = field(default_factory=Pose)
+    reconciles_after_crash: bool = False
 
 
 def wait_until(
