@@ -379,7 +379,7 @@ class SimulatedVehicle:
                 self._refuse(problem[0], problem[1], orderId=order.orderId, **problem[2])
                 return
             self._accept(order)
-        self.publish_state(force=True)
+        self.publish_state()
 
     def _idle(self) -> bool:
         return (

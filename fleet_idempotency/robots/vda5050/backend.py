@@ -61,6 +61,12 @@ class _Watch:
         self.restarts = before.restarts
         self.seen = False
         self.last_sent = 0.0
+        # A refusal of an earlier attempt of this key stays in ``state`` until the vehicle
+        # accepts a new order (2.1 section 6.6.4): it counts only if it is still there
+        # after the vehicle published two states since our first publish.
+        before_verdict = judge(before.state, plan)
+        self.old_refusal = before_verdict.message if before_verdict.phase is Phase.REFUSED else ""
+        self.sequence_at_send = -1
         self.unknown = ""  # why the outcome cannot be known any more
 
 
@@ -203,7 +209,8 @@ class Vda5050Backend(RobotBackend):
         # The claim is durable (the agent claimed the key before prepare): publish now.
         verdict = self._until_shown(watch)
         if verdict.phase is Phase.REFUSED:
-            code = BUSY if verdict.error_type in BUSY_ERROR_TYPES else INVALID
+            busy = verdict.error_type in BUSY_ERROR_TYPES or "OTHER_ORDER_ACTIVE" in verdict.message
+            code = BUSY if busy else INVALID
             raise CommandRefused(f"vehicle {name} refused the order: {verdict.message}", code)
         self._watches[command.key] = watch
 
@@ -261,7 +268,17 @@ class Vda5050Backend(RobotBackend):
         if verdict.phase in (Phase.RUNNING, Phase.COMPLETED, Phase.FAILED):
             watch.seen = True
             return verdict
-        if verdict.phase is Phase.REFUSED or watch.unknown:
+        if verdict.phase is Phase.REFUSED:
+            if not (
+                verdict.message == watch.old_refusal
+                and (
+                    watch.sequence_at_send < 0
+                    or snapshot.state_sequence < watch.sequence_at_send + 2
+                )
+            ):
+                return verdict
+            verdict = Verdict(Phase.NOT_CURRENT)  # an earlier attempt's refusal, so far
+        if watch.unknown:
             return verdict
         current = snapshot.state.orderId if snapshot.state is not None else ""
         if watch.seen:
@@ -279,6 +296,8 @@ class Vda5050Backend(RobotBackend):
             and self.link.publish(self._topics["order"], watch.message, qos=QOS["order"])
         ):
             watch.last_sent = time.monotonic()
+            if watch.sequence_at_send < 0:
+                watch.sequence_at_send = snapshot.state_sequence
         return verdict
 
     def _resend_due(self, watch: _Watch) -> bool:
