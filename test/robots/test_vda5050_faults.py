@@ -106,7 +106,7 @@ def test_duplicated_and_late_reordered_orders_never_run_twice(
     for _ in range(3):  # duplicated while current: ignored by the vehicle
         stand.recorder.publish(order_topic, first)
     assert agent.final("dup-1").state == COMPLETED
-    agent.send("dup-2", SLOW)
+    agent.send("dup-2", SHORT)
     running_order(stand, "dup-2")
     # The old order arrives late while another runs: refused (another order is active),
     # and that refusal is not taken for a refusal of the running one.
