@@ -201,6 +201,8 @@ setup(
         # The shared PostgreSQL event log; imported only when a postgresql:// URL is used.
         "psycopg>=3.1",
         "psycopg-pool>=3.2",
+        # VDA 5050 vehicles over MQTT (robots/vda5050, sim/vda5050_vehicle.py).
+        "paho-mqtt>=2.1,<3",
     ],
     zip_safe=False,
     maintainer="fleet_idempotency maintainers",
@@ -217,6 +219,7 @@ setup(
             "orchestrator = fleet_idempotency.orchestrator.node:main",
             "agent_host = fleet_idempotency.agent.host:main",
             "world_simulator = fleet_idempotency.sim.world_node:main",
+            "vda5050_vehicle = fleet_idempotency.sim.vda5050_vehicle:main",
             "http_api = fleet_idempotency.http.node:main",
             "fleet-idem = fleet_idempotency.bringup.cli:main",
             "fleet-idem-store = fleet_idempotency.store.cli:main",
@@ -226,6 +229,7 @@ setup(
         "fleet_idempotency.robot_backends": [
             "simulated = fleet_idempotency.robots.world_backends:SimulatedBackend",
             "gazebo = fleet_idempotency.robots.world_backends:GazeboBackend",
+            "vda5050 = fleet_idempotency.robots.vda5050.backend:Vda5050Backend",
         ],
     },
 )

@@ -49,6 +49,9 @@ command -v git >/dev/null 2>&1 || missing_debian+=(git)
 [ "$with_tests" = 1 ] && ! [ -x /usr/bin/chromium ] && missing_debian+=(chromium)
 # The PostgreSQL backend's tests start a throwaway server from Debian's binaries.
 [ "$with_tests" = 1 ] && ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null && missing_debian+=(postgresql)
+# The VDA 5050 backend's tests start a throwaway MQTT broker from Debian's mosquitto
+# (mosquitto_passwd is in the same package).
+[ "$with_tests" = 1 ] && ! command -v mosquitto >/dev/null 2>&1 && ! [ -x /usr/sbin/mosquitto ] && missing_debian+=(mosquitto)
 if [ ${#missing_debian[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         say "installing Debian packages: ${missing_debian[*]}"

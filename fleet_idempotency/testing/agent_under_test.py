@@ -67,10 +67,6 @@ class BackendUnderTest:
     start: Pose = field(default_factory=Pose)
     reconciles_after_crash: bool = False
 
-    def final_states_after_a_crash(self) -> tuple[int, ...]:
-        """What a command cut short by a crash may end as (CommandResult.STATE_*)."""
-        return FINAL_STATES if self.reconciles_after_crash else (5,)
-
 
 def wait_until(
     condition: Callable[[], T | None],

@@ -1,0 +1,211 @@
+"""A throwaway MQTT broker: Debian's ``mosquitto``, a temporary directory, a free port.
+
+For the VDA 5050 tests, benches and ``fleet-idem up``/``demo`` of a fleet with VDA 5050
+vehicles, on a machine with no broker running. The broker listens on loopback only,
+with a configuration of its own (nothing of ``/etc/mosquitto`` is read) and, when given
+credentials, refuses anonymous clients and checks a password file made with
+``mosquitto_passwd``. Started as root, mosquitto drops its privileges to its own
+``mosquitto`` user (Debian's package creates it): the temporary directory is made
+readable for it. Nothing here is for production: no TLS, no persistence.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+_START_TIMEOUT_S = 20.0
+_STOP_TIMEOUT_S = 10.0
+# Debian installs the broker in /usr/sbin, which an unprivileged PATH often lacks.
+_SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"])
+
+
+class MosquittoUnavailable(RuntimeError):
+    """No mosquitto binaries here, or the broker would not start."""
+
+
+def find_binary(name: str) -> Path:
+    found = shutil.which(name, path=_SEARCH_PATH)
+    if found is None:
+        raise MosquittoUnavailable(
+            f"no {name!r} binary (Debian: apt-get install mosquitto); "
+            "scripts/setup.sh --test installs it"
+        )
+    return Path(found)
+
+
+def mosquitto_available() -> bool:
+    try:
+        find_binary("mosquitto")
+        find_binary("mosquitto_passwd")
+    except MosquittoUnavailable:
+        return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class LocalMosquitto:
+    """``with LocalMosquitto(username="u", password="p") as broker: broker.port`` — started
+    on enter, stopped and its directory removed on exit. ``restart`` keeps the port, so
+    clients reconnect to the same address (a broker restart mid-order)."""
+
+    host = "127.0.0.1"
+
+    def __init__(self, *, username: str = "", password: str = "", root: Path | None = None) -> None:
+        if bool(username) != bool(password):
+            raise ValueError("give both a username and a password, or neither")
+        self.binary = find_binary("mosquitto")
+        self._passwd_binary = find_binary("mosquitto_passwd") if username else None
+        self.username = username
+        self.password = password
+        self._owns_root = root is None
+        self.root = Path(tempfile.mkdtemp(prefix="fleet-idem-mqtt-")) if root is None else root
+        self.config_file = self.root / "mosquitto.conf"
+        self.password_file = self.root / "passwd"
+        self.log_file = self.root / "broker.log"
+        self.port = 0
+        self._process: subprocess.Popen[bytes] | None = None
+
+    # --- life cycle -------------------------------------------------------------------------
+    def start(self) -> Self:
+        """Write the configuration and start the broker on a free port."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            os.chmod(self.root, 0o755)  # the broker's own user reads its files here
+        if self._passwd_binary is not None:
+            self._write_password_file()
+        last_error = ""
+        for _attempt in range(5):
+            self.port = free_port()
+            self._write_config()
+            try:
+                self._launch()
+                return self
+            except MosquittoUnavailable as error:  # the port was taken meanwhile: try another
+                last_error = str(error)
+        raise MosquittoUnavailable(last_error)
+
+    def _write_password_file(self) -> None:
+        assert self._passwd_binary is not None
+        self.password_file.unlink(missing_ok=True)
+        made = subprocess.run(
+            [str(self._passwd_binary), "-b", "-c", str(self.password_file),
+             self.username, self.password],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        if made.returncode != 0:
+            raise MosquittoUnavailable(f"mosquitto_passwd failed: {made.stderr.strip()}")
+        os.chmod(self.password_file, 0o644 if os.geteuid() == 0 else 0o600)
+
+    def _write_config(self) -> None:
+        lines = [
+            f"listener {self.port} {self.host}",
+            "persistence false",
+            "log_dest stderr",
+            "log_type error",
+            "log_type warning",
+            "log_type notice",
+            "log_type information",
+            "max_keepalive 60",
+        ]
+        if self._passwd_binary is not None:
+            lines += ["allow_anonymous false", f"password_file {self.password_file}"]
+        else:
+            lines += ["allow_anonymous true"]
+        self.config_file.write_text("\n".join(lines) + "\n")
+
+    def _launch(self) -> None:
+        log = self.log_file.open("ab")
+        try:
+            self._process = subprocess.Popen(
+                [str(self.binary), "-c", str(self.config_file)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # a terminal's Ctrl-C is the owner's to forward
+            )
+        finally:
+            log.close()
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise MosquittoUnavailable(
+                    f"mosquitto exited with {self._process.returncode}: {self.log()[-1500:]}"
+                )
+            if self._accepts():
+                return
+            time.sleep(0.02)
+        self.stop()
+        raise MosquittoUnavailable(f"mosquitto did not listen within {_START_TIMEOUT_S:.0f} s")
+
+    def _accepts(self) -> bool:
+        try:
+            with socket.create_connection((self.host, self.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self.running and self._process is not None else None
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop the broker (``kill``: SIGKILL, a crash); its clients see the connection drop."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        if kill:
+            process.kill()
+        else:
+            process.terminate()
+        try:
+            process.wait(timeout=_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def restart(self, *, kill: bool = False, down_s: float = 0.0) -> None:
+        """Stop and start again on the same port (``down_s``: stay down that long)."""
+        self.stop(kill=kill)
+        if down_s > 0:
+            time.sleep(down_s)
+        # The port was ours a moment ago; another process taking it now is an error.
+        self._launch()
+
+    def log(self) -> str:
+        try:
+            return self.log_file.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        self.stop()
+        if self._owns_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
