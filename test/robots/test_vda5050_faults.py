@@ -228,7 +228,11 @@ def test_connection_broken_refuses_before_any_side_effect_until_online_again(
     refused = agent.answer("broken-1", lambda r: r.state == REJECTED, "the refusal")
     assert refused.status_code == 503 and "ONLINE" in refused.message, refused
     assert not orders_of(stand, "broken-1") and not agent.check_key("broken-1").found
+    assert not agent.latest_status().ready  # the orchestrator holds its commands back
     stand.start_vehicle()
+    # Ready again once the vehicle is ONLINE and has sent a state since (which tells
+    # whether it restarted): what an orchestrator waits for before re-sending.
+    agent.wait(lambda: agent.latest_status().ready, "the agent to report ready again")
     agent.send("broken-1", SHORT, attempt=2)
     assert agent.final("broken-1").state == COMPLETED
     assert stand.side_effects("broken-1") == 1

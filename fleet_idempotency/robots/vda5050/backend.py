@@ -128,8 +128,11 @@ class Vda5050Backend(RobotBackend):
             where = f"{self.p.broker_host}:{self.p.broker_port}"
             return Readiness(False, f"the MQTT broker at {where}")
         snapshot = self.view.snapshot()
-        if snapshot.state is None:
-            return Readiness(False, f"the state of VDA 5050 vehicle {self.p.serial_number}")
+        name = self.p.serial_number
+        if snapshot.connection != "ONLINE":
+            return Readiness(False, f"VDA 5050 vehicle {name} to come ONLINE")
+        if snapshot.state is None or snapshot.state_stale:
+            return Readiness(False, f"the state of VDA 5050 vehicle {name}")
         return Readiness(True)
 
     def _maybe_ready_changed(self) -> None:
@@ -172,6 +175,13 @@ class Vda5050Backend(RobotBackend):
         state = snapshot.state
         if state is None:
             raise CommandRefused(f"{self.robot_id}: no state from vehicle {name} yet", NOT_READY)
+        if snapshot.state_stale:
+            # A state published after this ONLINE tells whether the vehicle restarted; an
+            # order sent before it would be taken for one the restart made it forget.
+            raise CommandRefused(
+                f"{self.robot_id}: vehicle {name} came ONLINE and has sent no state since",
+                NOT_READY,
+            )
         if not state.idle():
             raise CommandRefused(
                 f"{self.robot_id}: vehicle {name} is busy with order {state.orderId!r}", BUSY

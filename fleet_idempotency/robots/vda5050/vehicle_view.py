@@ -32,6 +32,9 @@ class Snapshot:
     restarts: int
     connection: str  # ONLINE, OFFLINE, CONNECTIONBROKEN, or "" (never heard)
     factsheet: Factsheet | None
+    # No state yet since the vehicle last came ONLINE: the state held may be of a process
+    # that has since restarted (and forgotten its order), so nothing may be sent on it.
+    state_stale: bool = False
 
 
 class VehicleView:
@@ -135,6 +138,7 @@ class VehicleView:
                 self._restarts,
                 self._connection,
                 self._factsheet,
+                self._online_since_state,
             )
 
     def wait_change(self, timeout_s: float) -> None:
