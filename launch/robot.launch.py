@@ -14,7 +14,12 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 
 from fleet_idempotency.bringup.launch_nodes import launch_nodes
-from fleet_idempotency.bringup.plan import launch_plan, optional_path, time_scale_for_speed
+from fleet_idempotency.bringup.plan import (
+    launch_plan,
+    optional_path,
+    parse_broker,
+    time_scale_for_speed,
+)
 from fleet_idempotency.description.fleet import load_fleet
 from fleet_idempotency.description.resources import default_fleet_file
 
@@ -30,6 +35,7 @@ def _agent(context: LaunchContext) -> list[Action]:
         with_orchestrator=False,
         with_world=False,
         keyring_dir=optional_path(LaunchConfiguration("keyring_dir").perform(context)),
+        broker=parse_broker(LaunchConfiguration("mqtt_broker").perform(context)),
     )
     return launch_nodes(plan)
 
@@ -43,6 +49,8 @@ def generate_launch_description() -> LaunchDescription:
             DeclareLaunchArgument("speed", default_value="1"),
             # The robot's own keyring <keyring_dir>/<robot_id>.json; empty: unsigned accepted.
             DeclareLaunchArgument("keyring_dir", default_value=""),
+            # A VDA 5050 robot's MQTT broker, host:port; empty: its backend_params'.
+            DeclareLaunchArgument("mqtt_broker", default_value=""),
             OpaqueFunction(function=_agent),
         ]
     )

@@ -51,6 +51,7 @@ def hosted_agents(
     store_dir: Path,
     time_scale: float | None = None,
     keyring_dir: Path | None = None,
+    fleet_file: Path | None = None,
     context: Context | None = None,
     shared: AgentProcessWork | None = None,
 ) -> list[AgentDriver]:
@@ -69,6 +70,7 @@ def hosted_agents(
             time_scale=time_scale,
             robot_index=index,
             keyring_dir=keyring_dir,
+            fleet_file=fleet_file,
         )
         overrides = [Parameter(name, value=value) for name, value in parameters.items()]
         overrides.append(NO_TYPE_DESCRIPTION_SERVICE)
@@ -108,6 +110,7 @@ def main(argv: list[str] | None = None) -> None:
             store_dir=options.store_dir,
             time_scale=options.time_scale,
             keyring_dir=options.keyring_dir,
+            fleet_file=options.fleet,
             shared=shared,
         )
 

@@ -12,8 +12,10 @@ in ROS_DOMAIN_ID, like every ROS 2 tool.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import secrets
 import signal
 import sys
 import tempfile
@@ -23,26 +25,35 @@ from pathlib import Path
 from types import FrameType
 
 import rclpy
+import yaml
 
 from fleet_idempotency.auth import FleetKeyring, KeyringError
 from fleet_idempotency.bringup.demo import Demo, DemoOptions
 from fleet_idempotency.bringup.keys import fleet_keyring_path, provision, update
-from fleet_idempotency.bringup.plan import http_url, launch_plan, time_scale_for_speed
+from fleet_idempotency.bringup.mosquitto import LocalMosquitto
+from fleet_idempotency.bringup.plan import (
+    PASSWORD_VARIABLE,
+    http_url,
+    launch_plan,
+    time_scale_for_speed,
+    vda5050_robots,
+    with_broker,
+)
 from fleet_idempotency.bringup.processes import FleetProcesses
-from fleet_idempotency.description.fleet import FleetConfigError, load_fleet
-from fleet_idempotency.description.resources import default_fleet_file
+from fleet_idempotency.description.fleet import FleetConfig, FleetConfigError, load_fleet
+from fleet_idempotency.description.resources import default_demo_fleet_file, default_fleet_file
 from fleet_idempotency.http.ports import available_port
 from fleet_idempotency.protocol import EXIT_STARTUP_ERROR
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.ros.fleet_client import FleetClient, NoAnswer
 
 
-def _fleet_argument(parser: argparse.ArgumentParser) -> None:
+def _fleet_argument(parser: argparse.ArgumentParser, default_fleet: str = "fleet.yaml") -> None:
     parser.add_argument(
         "--fleet",
         type=Path,
         default=None,
-        help="fleet description YAML (default: the package's config/fleet.yaml)",
+        help=f"fleet description YAML (default: the package's config/{default_fleet})",
     )
     parser.add_argument(
         "--store-dir",
@@ -67,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     demo = commands.add_parser("demo", help="run a mission with injected faults, then report")
-    _fleet_argument(demo)
+    _fleet_argument(demo, "fleet_mixed.yaml: 2 of its 6 robots VDA 5050 vehicles over MQTT")
     demo.add_argument("--commands", type=int, default=400)
     demo.add_argument("--no-faults", action="store_true", help="a clean run: no faults at all")
     demo.add_argument(
@@ -96,6 +107,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--robot-crashes", type=int, default=2)
     demo.add_argument("--orchestrator-crashes", type=int, default=1)
+    demo.add_argument(
+        "--vehicle-crashes",
+        type=int,
+        default=1,
+        help="kill -9s of simulated VDA 5050 vehicles (they forget their order)",
+    )
+    demo.add_argument(
+        "--broker-restarts", type=int, default=1, help="MQTT broker kill -9s (same port)"
+    )
+    demo.add_argument(
+        "--drop-orders",
+        type=float,
+        default=0.2,
+        help="fraction of VDA 5050 commands after which the next order publish is lost",
+    )
     demo.add_argument(
         "--host-agents",
         action="store_true",
@@ -193,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
 def _demo(options: argparse.Namespace) -> int:
     demo = Demo(
         DemoOptions(
-            fleet_file=options.fleet or default_fleet_file(),
+            fleet_file=options.fleet or default_demo_fleet_file(),
             commands=options.commands,
             store_dir=options.store_dir,
             time_scale=time_scale_for_speed(options.speed),
@@ -205,6 +231,9 @@ def _demo(options: argparse.Namespace) -> int:
             client_retries=options.client_retries,
             robot_crashes=options.robot_crashes,
             orchestrator_crashes=options.orchestrator_crashes,
+            vehicle_crashes=options.vehicle_crashes,
+            broker_restarts=options.broker_restarts,
+            drop_orders=options.drop_orders,
             seed=options.seed,
             keep_store=options.keep_store,
             http=not options.no_http,
@@ -221,10 +250,13 @@ def _up(options: argparse.Namespace) -> int:
     fleet_file = options.fleet or default_fleet_file()
     fleet = load_fleet(fleet_file)
     store_dir = options.store_dir or Path(tempfile.mkdtemp(prefix="fleet-idem-up-"))
-    with lease_domain_id() as domain_id:
+    with contextlib.ExitStack() as stack, lease_domain_id() as domain_id:
+        env = isolated_environment(domain_id)
+        if vda5050_robots(fleet):
+            fleet_file, fleet = _with_local_broker(stack, fleet, store_dir, env)
         processes = FleetProcesses(
             store_dir / "logs",
-            isolated_environment(domain_id),
+            env,
             on_restart=lambda restart: print(
                 f"supervisor: {restart.name} exited (code {restart.exit_code}); restarted "
                 f"after {restart.delay_s:.1f} s (restart #{restart.count}); its log: "
@@ -279,6 +311,32 @@ def _up(options: argparse.Namespace) -> int:
         finally:
             processes.stop_all()
     return 0
+
+
+def _with_local_broker(
+    stack: contextlib.ExitStack, fleet: FleetConfig, store_dir: Path, env: dict[str, str]
+) -> tuple[Path, FleetConfig]:
+    """Start a throwaway password-protected Mosquitto for the fleet's VDA 5050 robots
+    (stopped when ``stack`` closes); the password goes into ``env`` and a 0600 file, the
+    broker's address into the fleet file the processes read, written to ``store_dir``."""
+    broker = stack.enter_context(LocalMosquitto(username="fleet", password=secrets.token_hex(16)))
+    env[PASSWORD_VARIABLE] = broker.password
+    fleet = with_broker(
+        fleet, broker.host, broker.port, username=broker.username, password_env=PASSWORD_VARIABLE
+    )
+    store_dir.mkdir(parents=True, exist_ok=True)
+    password_file = store_dir / "mqtt_password"
+    password_file.touch(mode=0o600)
+    password_file.write_text(broker.password + "\n")
+    fleet_file = store_dir / "fleet.yaml"
+    fleet_file.write_text(yaml.safe_dump(fleet.model_dump(mode="json"), sort_keys=False))
+    print(
+        f"MQTT broker: mosquitto on {broker.host}:{broker.port}, user {broker.username}, "
+        f"password in {password_file}; VDA 5050 robots "
+        f"{', '.join(r.id for r in vda5050_robots(fleet))} with a simulated vehicle each",
+        flush=True,
+    )
+    return fleet_file, fleet
 
 
 def _keys(options: argparse.Namespace) -> int:

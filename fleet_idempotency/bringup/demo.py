@@ -3,7 +3,10 @@
 It starts the same nodes as ``fleet.launch.py`` (from ``launch_plan``) as plain
 processes, runs a warehouse mission through the orchestrator's API with one client
 worker per robot, and meanwhile drops results, duplicates deliveries, re-sends submits,
-reuses keys with other payloads, and kill -9s robots and the orchestrator. At the end
+reuses keys with other payloads, and kill -9s robots and the orchestrator. A fleet with
+VDA 5050 robots gets a throwaway password-protected Mosquitto and one simulated vehicle
+process per such robot; then order publishes are lost, vehicles are kill -9ed (they
+forget their order) and the broker is restarted too. At the end
 it checks the invariants against the world's oracle, the event log and the stores,
 prints a report, and exits non-zero if any invariant broke. The faults from outside the
 fleet live in ``faults.py``, the read-back of the stores in ``audit.py``; this module
@@ -12,6 +15,7 @@ sets up the run and drives the mission.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import secrets
@@ -20,7 +24,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,10 +33,23 @@ import rclpy
 import yaml
 
 from fleet_idempotency.bringup.audit import audit_orchestrator
-from fleet_idempotency.bringup.faults import CrashInjector, MisbehavingClient, crash_schedule
+from fleet_idempotency.bringup.faults import (
+    CrashInjector,
+    MisbehavingClient,
+    OrderDropper,
+    crash_schedule,
+)
 from fleet_idempotency.bringup.http_client import HttpFleetClient
 from fleet_idempotency.bringup.keys import provision
-from fleet_idempotency.bringup.plan import api_namespaces, http_url, launch_plan
+from fleet_idempotency.bringup.mosquitto import LocalMosquitto
+from fleet_idempotency.bringup.plan import (
+    PASSWORD_VARIABLE,
+    api_namespaces,
+    http_url,
+    launch_plan,
+    vda5050_robots,
+    with_broker,
+)
 from fleet_idempotency.bringup.postgres import LocalPostgres
 from fleet_idempotency.bringup.processes import FleetProcesses, Restart
 from fleet_idempotency.bringup.report import RunFigures, check_invariants, render
@@ -46,6 +63,7 @@ from fleet_idempotency.ros.fleet_client import FleetClient, NoAnswer
 from fleet_idempotency.sim.mission import MissionPlanner, PlannedCommand
 from fleet_idempotency.store import State
 from fleet_idempotency.store.urls import redacted_url
+from fleet_idempotency.vda5050.mqtt import BrokerSettings
 
 CLIENT_ID = "wms"
 FINAL = (State.COMPLETED, State.FAILED, State.INTERRUPTED)
@@ -66,6 +84,11 @@ class DemoOptions:
     mismatch_every: int = 40
     robot_crashes: int = 2
     orchestrator_crashes: int = 1
+    # With VDA 5050 robots: kill -9s of their simulated vehicles, restarts of the broker,
+    # and the fraction of their commands whose next order publish is lost.
+    vehicle_crashes: int = 1
+    broker_restarts: int = 1
+    drop_orders: float = 0.2
     seed: int = 1
     # Short waits keep clients re-sending promptly while the orchestrator restarts.
     wait_timeout_s: float = 5.0
@@ -107,6 +130,8 @@ class Demo:
         # Same client id over HTTP (its API key maps to it) as over ROS: one key scope.
         self._api_key = secrets.token_hex(16)
         self._http: dict[str, HttpFleetClient] = {}
+        self._broker: LocalMosquitto | None = None
+        self._dropper: OrderDropper | None = None
 
     # --- set-up -------------------------------------------------------------------------
     def _effective_fleet(self) -> tuple[FleetConfig, Path]:
@@ -122,6 +147,16 @@ class Demo:
         if options.time_scale is not None:
             simulation = simulation.model_copy(update={"time_scale": options.time_scale})
         fleet = fleet.model_copy(update={"faults": faults, "simulation": simulation})
+        if self._broker is not None:
+            # The throwaway broker's address and login; the password only in the
+            # environment of the processes (PASSWORD_VARIABLE), never in a file or argv.
+            fleet = with_broker(
+                fleet,
+                self._broker.host,
+                self._broker.port,
+                username=self._broker.username,
+                password_env=PASSWORD_VARIABLE,
+            )
         path = self.store_dir / "fleet.yaml"
         self.store_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(fleet.model_dump(mode="json"), sort_keys=False))
@@ -130,11 +165,25 @@ class Demo:
     # --- run ----------------------------------------------------------------------------
     def run(self) -> int:
         self._store_url = self.options.store_url
-        if self.options.replicas > 1 and self._store_url is None:
-            with LocalPostgres() as database:
-                self._store_url = database.url
-                return self._run()
-        return self._run()
+        with contextlib.ExitStack() as stack:
+            if self.options.replicas > 1 and self._store_url is None:
+                self._store_url = stack.enter_context(LocalPostgres()).url
+            stack.enter_context(self._mqtt_broker())
+            status = self._run()
+        return status
+
+    @contextlib.contextmanager
+    def _mqtt_broker(self) -> Iterator[None]:
+        """A throwaway password-protected Mosquitto when the fleet has VDA 5050 robots."""
+        if not vda5050_robots(load_fleet(self.options.fleet_file)):
+            yield
+            return
+        with LocalMosquitto(username="fleet", password=secrets.token_hex(16)) as broker:
+            self._broker = broker
+            try:
+                yield
+            finally:
+                self._broker = None
 
     def _lease_holder(self) -> str:
         """The replica (process name) holding most robots' leases right now."""
@@ -160,6 +209,7 @@ class Demo:
         with lease_domain_id() as domain_id:
             env = isolated_environment(domain_id)
             env["FLEET_IDEM_API_KEYS"] = f"{CLIENT_ID}={self._api_key}"
+            self._announce_broker(fleet, env)
             processes = FleetProcesses(
                 self.store_dir / "logs",
                 env,
@@ -249,6 +299,17 @@ class Demo:
             shutil.rmtree(self.store_dir, ignore_errors=True)
         return 0 if all(inv.ok for inv in invariants) else 1
 
+    def _announce_broker(self, fleet: FleetConfig, env: dict[str, str]) -> None:
+        """The broker's password goes into the processes' environment only."""
+        if self._broker is None:
+            return
+        env[PASSWORD_VARIABLE] = self._broker.password
+        self.out(
+            f"MQTT broker         mosquitto on {self._broker.host}:{self._broker.port} "
+            f"(password required) for VDA 5050 robots "
+            f"{', '.join(r.id for r in vda5050_robots(fleet))}, a simulated vehicle each"
+        )
+
     def _restarted(self, restart: Restart) -> None:
         with self._lock:
             self.figures.restarts[restart.name] += 1
@@ -327,10 +388,32 @@ class Demo:
             for robot in fleet.robots
         ]
         options = self.options
+        vehicles = vda5050_robots(fleet)
+        broker = self._broker
+        if options.faults and broker is not None and options.drop_orders > 0:
+            self._dropper = OrderDropper(
+                BrokerSettings(
+                    broker_host=broker.host,
+                    broker_port=broker.port,
+                    username=broker.username,
+                    password=broker.password,
+                ),
+                vehicles,
+                probability=options.drop_orders,
+                figures=self.figures,
+                lock=self._lock,
+                rng=self.rng,
+            )
         crashes = CrashInjector(
             processes,
             fleet,
-            crash_schedule(options.commands, options.robot_crashes, options.orchestrator_crashes),
+            crash_schedule(
+                options.commands,
+                options.robot_crashes,
+                options.orchestrator_crashes,
+                options.vehicle_crashes if vehicles else 0,
+                options.broker_restarts if broker is not None else 0,
+            ),
             done=lambda: self._done,
             busy=self._busy,
             figures=self.figures,
@@ -340,6 +423,7 @@ class Demo:
             host_agents=options.host_agents,
             out=self.out,
             orchestrator_victim=self._lease_holder if self._store_url else lambda: "orchestrator",
+            restart_broker=(lambda: broker.restart(kill=True)) if broker is not None else None,
         )
         chaos = threading.Thread(target=crashes.run, name="crash-injector", daemon=True)
         for worker in workers:
@@ -359,6 +443,8 @@ class Demo:
             self._stop.set()
             if chaos.is_alive():
                 chaos.join(timeout=30)
+            if self._dropper is not None:
+                self._dropper.close()
 
     def _progress(self, elapsed_s: float) -> None:
         with self._lock:
@@ -411,6 +497,8 @@ class Demo:
                     planner.reconcile(robot_id, world)
             if self._misbehaving is not None:
                 self._misbehaving.after_final(client, command, response)
+            if self._dropper is not None:
+                self._dropper.after_final(robot_id)
 
     def _until_final(self, client: FleetClient, command: PlannedCommand) -> Any:
         started = time.monotonic()

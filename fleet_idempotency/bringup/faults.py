@@ -2,12 +2,15 @@
 
 Faults inside the nodes (dropped results, duplicated and reordered deliveries) are node
 parameters set from the fleet file; this module holds the faults that come from outside
-the fleet: kill -9 of robots and of the orchestrator while commands are in flight, and
-a client that retries finished commands and reuses keys for other commands.
+the fleet: kill -9 of robots, of the orchestrator and of simulated VDA 5050 vehicles
+(which forget their order) while commands are in flight, restarts of the MQTT broker,
+order publishes lost on the way to a vehicle (as MQTT QoS 0 may lose them), and a client
+that retries finished commands and reuses keys for other commands.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 from collections.abc import Callable, Mapping
@@ -16,13 +19,16 @@ from typing import Any
 
 from fleet_idempotency.bringup.processes import FleetProcesses
 from fleet_idempotency.bringup.report import RunFigures
-from fleet_idempotency.description.fleet import FleetConfig
+from fleet_idempotency.description.fleet import FleetConfig, RobotSpec
 from fleet_idempotency.ros.fleet_client import FleetClient
 from fleet_idempotency.sim.mission import PlannedCommand
+from fleet_idempotency.vda5050.mqtt import BrokerSettings, MqttLink
 
 RESTART_TIMEOUT_S = 60.0
 ORCHESTRATOR = "orchestrator"
 ROBOT = "robot"
+VEHICLE = "vehicle"  # a simulated VDA 5050 vehicle's process
+BROKER = "broker"  # the MQTT broker, restarted on the same port
 
 
 @dataclass(frozen=True)
@@ -31,13 +37,22 @@ class Crash:
     target: str  # ORCHESTRATOR or ROBOT
 
 
-def crash_schedule(commands: int, robot_crashes: int, orchestrator_crashes: int) -> list[Crash]:
-    """Crashes spread over the run; orchestrator crashes offset so they never coincide."""
-    plan = [Crash((i + 1) / (robot_crashes + 1) * commands, ROBOT) for i in range(robot_crashes)]
-    plan += [
-        Crash((i + 0.6) / (orchestrator_crashes + 1) * commands, ORCHESTRATOR)
-        for i in range(orchestrator_crashes)
-    ]
+def crash_schedule(
+    commands: int,
+    robot_crashes: int,
+    orchestrator_crashes: int,
+    vehicle_crashes: int = 0,
+    broker_restarts: int = 0,
+) -> list[Crash]:
+    """Crashes spread over the run, each kind offset so that two never coincide."""
+    plan = []
+    for count, offset, target in (
+        (robot_crashes, 1.0, ROBOT),
+        (orchestrator_crashes, 0.6, ORCHESTRATOR),
+        (vehicle_crashes, 0.4, VEHICLE),
+        (broker_restarts, 0.8, BROKER),
+    ):
+        plan += [Crash((i + offset) / (count + 1) * commands, target) for i in range(count)]
     return sorted(plan, key=lambda crash: crash.after_done)
 
 
@@ -59,7 +74,9 @@ class CrashInjector:
         host_agents: bool,
         out: Callable[[str], None],
         orchestrator_victim: Callable[[], str] = lambda: ORCHESTRATOR,
+        restart_broker: Callable[[], None] | None = None,
     ) -> None:
+        self._restart_broker = restart_broker
         # Replicas: the one holding the leases, so that the kill forces a takeover.
         self._orchestrator_victim = orchestrator_victim
         self._processes = processes
@@ -79,13 +96,24 @@ class CrashInjector:
             while self._done() < crash.after_done:
                 if self._stop.wait(0.05):
                     return
+            if crash.target == BROKER:
+                if self._restart_broker is not None:
+                    self._out("  !! broker restart (kill -9, same port)")
+                    self._restart_broker()
+                    with self._lock:
+                        self._figures.broker_restarts += 1
+                continue
             name = self._victim(crash.target)
+            if name is None:
+                continue
             restarts_before = self._processes.restart_count(name)
             self._out(f"  !! kill -9 {name}")
             self._processes.crash(name)
             with self._lock:
                 if crash.target == ORCHESTRATOR:
                     self._figures.orchestrator_crashes += 1
+                elif crash.target == VEHICLE:
+                    self._figures.vehicle_crashes += 1
                 else:
                     self._figures.robot_crashes += 1
             # Bringing it back is the supervisor's job, as it would be after a real crash:
@@ -94,9 +122,17 @@ class CrashInjector:
                 self._out(f"  !! {name} was not restarted within {RESTART_TIMEOUT_S:.0f} s")
                 return
 
-    def _victim(self, target: str) -> str:
+    def _victim(self, target: str) -> str | None:
         if target == ORCHESTRATOR:
             return self._orchestrator_victim()
+        if target == VEHICLE:
+            children = self._processes.children
+            vehicles = [r.id for r in self._fleet.robots if f"vehicle_{r.id}" in children]
+            if not vehicles:
+                return None
+            # A vehicle in the middle of an order: the restart makes it forget the order.
+            moving = [robot_id for robot_id in vehicles if self._busy.get(robot_id)]
+            return f"vehicle_{self._rng.choice(moving or vehicles)}"
         if self._host_agents:
             return "agents"
         robots = self._fleet.robots
@@ -173,3 +209,44 @@ def different_payload(command: PlannedCommand) -> dict[str, Any]:
             return payload
     payload["x"] = float(payload["x"]) + 1.0
     return payload
+
+
+class OrderDropper:
+    """Now and then the next order publish to a simulated VDA 5050 vehicle is lost (its
+    test-only fault topic, ``{"drop_orders": 1}``): the backend must re-send it."""
+
+    def __init__(
+        self,
+        broker: BrokerSettings,
+        vehicles: list[RobotSpec],
+        *,
+        probability: float,
+        figures: RunFigures,
+        lock: threading.Lock,
+        rng: random.Random,
+    ) -> None:
+        self._topics = {
+            robot.id: (
+                f"fleet_idem_sim/{robot.backend_params['manufacturer']}/"
+                f"{robot.backend_params['serial_number']}/faults"
+            )
+            for robot in vehicles
+        }
+        self._probability = probability
+        self._figures = figures
+        self._lock = lock
+        self._rng = rng
+        self._link = MqttLink(broker, "fleet-idem-demo-faults", on_message=lambda _t, _p: None)
+        self._link.start()
+
+    def after_final(self, robot_id: str) -> None:
+        """After a command of ``robot_id`` is final: maybe lose the publish of its next."""
+        topic = self._topics.get(robot_id)
+        if topic is None or self._rng.random() >= self._probability:
+            return
+        if self._link.publish(topic, json.dumps({"drop_orders": 1}).encode(), qos=1):
+            with self._lock:
+                self._figures.orders_dropped += 1
+
+    def close(self) -> None:
+        self._link.stop()

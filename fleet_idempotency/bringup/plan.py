@@ -21,17 +21,26 @@ from fleet_idempotency.description.agent_parameters import (
 from fleet_idempotency.description.fleet import FleetConfig, RobotSpec
 
 PACKAGE = "fleet_idempotency"
+# Robots of this backend are VDA 5050 vehicles behind an MQTT broker; in a simulated fleet
+# each gets a simulated vehicle process (sim/vda5050_vehicle.py) beside its agent.
+VDA5050_BACKEND = "vda5050"
+# Where the simulated vehicles (and agents told ``password_env``) find the broker password.
+PASSWORD_VARIABLE = "FLEET_IDEM_MQTT_PASSWORD"
 
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """What ``launch_ros.actions.Node`` needs: executable, name, namespace, parameters."""
+    """What ``launch_ros.actions.Node`` needs: executable, name, namespace, parameters;
+    ``arguments`` before the ROS arguments (a process configured by its command line) and
+    ``env`` added to its environment (secrets kept off the command line)."""
 
     executable: str
     name: str
     namespace: str
     parameters: dict[str, ParameterValue] = field(default_factory=dict)
     package: str = PACKAGE
+    arguments: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
 
     def ros_arguments(self) -> list[str]:
         """The same node as command-line ROS arguments (for a plain subprocess).
@@ -40,7 +49,7 @@ class NodeSpec:
         helper nodes an agent or the orchestrator creates, to the same name. Each node
         class already carries its conventional name.
         """
-        arguments = ["--ros-args"]
+        arguments = [*self.arguments, "--ros-args"]
         if self.namespace:
             arguments += ["-r", f"__ns:={self.namespace}"]
         for name, value in self.parameters.items():
@@ -72,6 +81,7 @@ def agent_node(
     time_scale: float | None = None,
     robot_index: int = 0,
     keyring_dir: Path | None = None,
+    fleet_file: Path | None = None,
 ) -> NodeSpec:
     parameters = agent_parameters(
         fleet,
@@ -80,8 +90,90 @@ def agent_node(
         time_scale=time_scale,
         robot_index=robot_index,
         keyring_dir=keyring_dir,
+        fleet_file=fleet_file,
     )
     return NodeSpec("agent_driver", "agent_driver", agent_namespace(robot.id), parameters)
+
+
+def vda5050_robots(fleet: FleetConfig) -> list[RobotSpec]:
+    return [robot for robot in fleet.robots if robot.backend == VDA5050_BACKEND]
+
+
+def with_broker(
+    fleet: FleetConfig,
+    host: str,
+    port: int,
+    *,
+    username: str | None = None,
+    password_env: str | None = None,
+) -> FleetConfig:
+    """``fleet`` with every VDA 5050 robot's broker set to ``host:port`` (and, when given,
+    its username and the variable holding its password, replacing any plain password)."""
+    robots = []
+    for robot in fleet.robots:
+        if robot.backend == VDA5050_BACKEND:
+            params = {**robot.backend_params, "broker_host": host, "broker_port": port}
+            if username is not None:
+                params["username"] = username
+            if password_env is not None:
+                params.pop("password", None)
+                params["password_env"] = password_env
+            robots.append(robot.model_copy(update={"backend_params": params}))
+        else:
+            robots.append(robot)
+    return fleet.model_copy(update={"robots": robots})
+
+
+def parse_broker(text: str) -> tuple[str, int] | None:
+    """A launch argument ``mqtt_broker:=host:port``; '' means "the fleet file's"."""
+    if not text.strip():
+        return None
+    host, _, port = text.strip().rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65_536:
+        raise ValueError(f"mqtt_broker must be host:port, got {text!r}")
+    return host, int(port)
+
+
+def vehicle_node(fleet: FleetConfig, robot: RobotSpec, *, time_scale: float | None) -> NodeSpec:
+    """The simulated VDA 5050 vehicle of a ``vda5050`` robot: its serial number,
+    manufacturer, topics, broker and start pose are those of the robot's agent; a plain
+    password travels in its environment, never on its command line."""
+    params = robot.backend_params
+    if robot.type not in ("amr", "forklift"):
+        raise ValueError(
+            f"{robot.id}: a simulated VDA 5050 vehicle is an amr or a forklift, not {robot.type}"
+        )
+    missing = [name for name in ("manufacturer", "serial_number") if not params.get(name)]
+    if missing:
+        raise ValueError(f"{robot.id}: backend_params lack {', '.join(missing)} (vda5050)")
+    scale = fleet.simulation.time_scale if time_scale is None else time_scale
+    arguments = [
+        "--robot-id", robot.id,
+        "--robot-type", robot.type,
+        "--start-x", str(robot.start.x),
+        "--start-y", str(robot.start.y),
+        "--time-scale", str(scale),
+        "--password-env", str(params.get("password_env") or PASSWORD_VARIABLE),
+    ]  # fmt: skip
+    for name in (
+        "manufacturer",
+        "serial_number",
+        "broker_host",
+        "broker_port",
+        "username",
+        "interface_name",
+        "major_version",
+        "protocol_version",
+        "map_id",
+    ):
+        if params.get(name) not in (None, ""):
+            arguments += ["--" + name.replace("_", "-"), str(params[name])]
+    env = {}
+    if params.get("password") and not params.get("password_env"):
+        env[PASSWORD_VARIABLE] = str(params["password"])
+    return NodeSpec(
+        "vda5050_vehicle", f"vehicle_{robot.id}", "", arguments=tuple(arguments), env=env
+    )
 
 
 def launch_plan(
@@ -98,9 +190,15 @@ def launch_plan(
     http_port: int | None = None,
     replicas: int = 1,
     store_url: str | None = None,
+    broker: tuple[str, int] | None = None,
 ) -> list[NodeSpec]:
     """Every node of the fleet: world simulator, orchestrator, one agent per robot, and
     the HTTP API beside the orchestrator (``http_port``: None, the fleet file's).
+
+    Robots of the ``vda5050`` backend talk to their vehicle through an MQTT broker: the
+    fleet file's (``backend_params.broker_host``/``broker_port``), or ``broker`` (host,
+    port) for all of them. With the world simulator, each also gets a simulated vehicle
+    process (``vehicle_<robot>``) acting in it.
 
     With ``keyring_dir`` (see ``bringup/keys.py``), the orchestrator signs every command
     and each robot executes only signed ones. With ``store_url`` (postgresql://), the
@@ -110,6 +208,8 @@ def launch_plan(
     """
     if replicas < 1 or (replicas > 1 and not store_url):
         raise ValueError("replicas must be 1, or more with a shared store_url (postgresql://)")
+    if broker is not None:
+        fleet = with_broker(fleet, *broker)
     chosen = [r for r in fleet.robots if robots is None or r.id in robots]
     unknown = sorted(set(robots or []) - {r.id for r in fleet.robots})
     if unknown:
@@ -167,8 +267,15 @@ def launch_plan(
                 time_scale=time_scale,
                 robot_index=index,
                 keyring_dir=keyring_dir,
+                fleet_file=fleet_file,
             )
         )
+    if with_world:
+        plan += [
+            vehicle_node(fleet, robot, time_scale=time_scale)
+            for robot in chosen
+            if robot.backend == VDA5050_BACKEND
+        ]
     if with_orchestrator and with_http:
         port = fleet.http.port if http_port is None else http_port
         plan.append(
@@ -211,7 +318,7 @@ def launch_node_arguments(spec: NodeSpec) -> dict[str, Any]:
     the helper nodes of an agent or the orchestrator the same name; each node class
     already carries its conventional name.
     """
-    return {
+    arguments: dict[str, Any] = {
         "package": spec.package,
         "executable": spec.executable,
         "namespace": spec.namespace,
@@ -220,6 +327,11 @@ def launch_node_arguments(spec: NodeSpec) -> dict[str, Any]:
         "respawn": True,
         "respawn_delay": RESPAWN_DELAY_S,
     }
+    if spec.arguments:
+        arguments["arguments"] = list(spec.arguments)
+    if spec.env:
+        arguments["additional_env"] = dict(spec.env)
+    return arguments
 
 
 def optional_path(text: str) -> Path | None:

@@ -66,6 +66,7 @@ class _Child:
     delay_s: float = RESPAWN_DELAY_S
     udp_ports: set[int] = field(default_factory=set)
     ports_held: bool = False
+    extra_env: dict[str, str] = field(default_factory=dict)
 
 
 def executable(name: str) -> str:
@@ -113,10 +114,14 @@ class FleetProcesses:
         log_dir.mkdir(parents=True, exist_ok=True)
 
     # --- starting -------------------------------------------------------------------------
-    def start(self, name: str, argv: list[str]) -> None:
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        """Start ``argv`` as child ``name``, with ``env`` added to the fleet's environment."""
+        extra_env = dict(env or {})
         with self._lock:
             previous = self.children.get(name)
-            child = _Child(argv, self._spawn(name, argv), time.monotonic())
+            child = _Child(
+                argv, self._spawn(name, argv, extra_env), time.monotonic(), extra_env=extra_env
+            )
             child.delay_s = self.respawn_delay_s
             if previous is not None:
                 child.restarts, child.delay_s = previous.restarts, previous.delay_s
@@ -126,12 +131,14 @@ class FleetProcesses:
                 target=self._supervise, args=(name, child), name=f"supervise-{name}", daemon=True
             ).start()
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, argv: list[str], extra_env: dict[str, str]
+    ) -> subprocess.Popen[bytes]:
         log = (self.log_dir / f"{name}.log").open("ab")
         try:
             return subprocess.Popen(
                 argv,
-                env={**self.env, PARENT_FD_VARIABLE: str(self._watch_read)},
+                env={**self.env, **extra_env, PARENT_FD_VARIABLE: str(self._watch_read)},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -143,7 +150,9 @@ class FleetProcesses:
 
     def start_node(self, spec: NodeSpec, name: str | None = None) -> None:
         self.start(
-            name or _process_name(spec), [executable(spec.executable), *spec.ros_arguments()]
+            name or _process_name(spec),
+            [executable(spec.executable), *spec.ros_arguments()],
+            spec.env,
         )
 
     def start_plan(
@@ -192,7 +201,12 @@ class FleetProcesses:
         with self._lock:
             if self._stopping.is_set() or self.children.get(name) is not child:
                 return
-            restarted = _Child(child.argv, self._spawn(name, child.argv), time.monotonic())
+            restarted = _Child(
+                child.argv,
+                self._spawn(name, child.argv, child.extra_env),
+                time.monotonic(),
+                extra_env=child.extra_env,
+            )
             restarted.restarts = child.restarts + 1
             restarted.delay_s = min(RESPAWN_DELAY_MAX_S, delay * 2)
             self.children[name] = restarted

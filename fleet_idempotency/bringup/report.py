@@ -36,6 +36,11 @@ class RunFigures:
     mismatches_rejected: int = 0
     robot_crashes: int = 0
     orchestrator_crashes: int = 0
+    # VDA 5050 vehicles: kill -9s of simulated vehicles, broker restarts, and order
+    # publishes the vehicles were told to lose.
+    vehicle_crashes: int = 0
+    broker_restarts: int = 0
+    orders_dropped: int = 0
     # Restarts by the supervisor, by process name: every crash should be one, and any
     # restart beyond the crashes is a node that died on its own.
     restarts: Counter[str] = field(default_factory=Counter)
@@ -152,7 +157,7 @@ def check_invariants(
             + (f": {figures.unexpected[:3]}" if figures.unexpected else ""),
         ),
     ]
-    crashes = figures.robot_crashes + figures.orchestrator_crashes
+    crashes = figures.robot_crashes + figures.orchestrator_crashes + figures.vehicle_crashes
     restarts = sum(figures.restarts.values())
     invariants.append(
         Invariant(
@@ -204,6 +209,12 @@ def render(figures: RunFigures, invariants: list[Invariant], world: dict[str, An
         f"faults injected     results dropped, deliveries duplicated and reordered at the "
         f"configured rates; robot crashes {figures.robot_crashes}, orchestrator crashes "
         f"{figures.orchestrator_crashes}, mismatching reuses {figures.mismatches_injected}",
+        (
+            f"VDA 5050 faults     order publishes lost {figures.orders_dropped}, vehicle "
+            f"crashes {figures.vehicle_crashes}, broker restarts {figures.broker_restarts}"
+            if figures.orders_dropped or figures.vehicle_crashes or figures.broker_restarts
+            else ""
+        ),
         "supervisor          restarts "
         + (", ".join(f"{n} {c}" for n, c in sorted(figures.restarts.items())) or "none"),
         f"reconciliations     {figures.reconciliations} (after interrupted or refused pick/place)",

@@ -16,6 +16,10 @@ ParameterValue = str | int | float | bool
 # Backends that run in simulated time: the fleet file's simulation.time_scale is theirs
 # unless the robot's backend_params say otherwise.
 SIMULATED_BACKENDS: Final = frozenset({"simulated", "gazebo"})
+# Backends that find named targets (waypoints, docks, slots) on the fleet's map through a
+# ``fleet_file`` parameter: it is the fleet file's own unless backend_params give one (or
+# an inline ``layout``).
+LAYOUT_BACKENDS: Final = frozenset({"vda5050"})
 
 
 def agent_namespace(robot_id: str) -> str:
@@ -31,7 +35,9 @@ def agent_parameters(
     time_scale: float | None = None,
     robot_index: int = 0,
     keyring_dir: Path | None = None,
+    fleet_file: Path | None = None,
 ) -> dict[str, ParameterValue]:
+    """``fleet_file``: where ``fleet`` was read from (for backends in LAYOUT_BACKENDS)."""
     retention = fleet.retention
     parameters: dict[str, ParameterValue] = {
         "robot_id": robot.id,
@@ -54,6 +60,12 @@ def agent_parameters(
         backend_params["time_scale"] = (
             fleet.simulation.time_scale if time_scale is None else time_scale
         )
+    if (
+        robot.backend in LAYOUT_BACKENDS
+        and fleet_file is not None
+        and not {"fleet_file", "layout"} & backend_params.keys()
+    ):
+        backend_params["fleet_file"] = str(Path(fleet_file).resolve())
     for name, value in backend_params.items():
         if value is None:
             continue  # the backend's default

@@ -21,3 +21,8 @@ def share_dir() -> Path:
 
 def default_fleet_file() -> Path:
     return share_dir() / "config" / "fleet.yaml"
+
+
+def default_demo_fleet_file() -> Path:
+    """``fleet-idem demo``'s fleet: the default one with two robots as VDA 5050 vehicles."""
+    return share_dir() / "config" / "fleet_mixed.yaml"

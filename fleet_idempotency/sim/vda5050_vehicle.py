@@ -657,12 +657,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     import rclpy  # noqa: PLC0415 - the world link is the only ROS part
     from rclpy.signals import SignalHandlerOptions  # noqa: PLC0415
 
+    from fleet_idempotency.ros.parent_watch import watch_parent  # noqa: PLC0415
     from fleet_idempotency.sim.world_link_ros import RosWorldLink, WorldUnavailable  # noqa: PLC0415
 
     config = parse_arguments(sys.argv[1:] if argv is None else argv)
     stop = threading.Event()
     for stop_signal in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop_signal, lambda _s, _f: stop.set())
+    watch_parent()  # under fleet-idem: exit with it, however it dies (SIGTERM to itself)
     context = rclpy.Context()
     rclpy.init(context=context, signal_handler_options=SignalHandlerOptions.NO)
     link = RosWorldLink(context, f"vehicle_{config.robot_id}")

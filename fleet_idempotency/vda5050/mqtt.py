@@ -8,6 +8,7 @@ short and never let them raise (``on_message`` errors are caught and counted her
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from typing import Any
 
 from paho.mqtt.client import Client, MQTTMessage
 from paho.mqtt.enums import CallbackAPIVersion
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MessageHandler = Callable[[str, bytes], None]
 
@@ -29,12 +30,27 @@ class BrokerSettings(BaseModel):
     broker_port: int = Field(default=1883, ge=1, le=65535)
     username: str = ""
     password: str = ""
+    # The name of an environment variable holding the password instead: keeps it out of
+    # the fleet file and off command lines (``ps`` shows those). ``password`` wins if set.
+    password_env: str = ""
     # TLS: a CA file turns TLS on; a client certificate and key are optional.
     tls_ca_file: str = ""
     tls_cert_file: str = ""
     tls_key_file: str = ""
     # The broker notices a dead client after 1.5 keep-alive periods (its last will).
     keepalive_s: int = Field(default=10, ge=2, le=600)
+
+    @model_validator(mode="after")
+    def _password_env_is_set(self) -> BrokerSettings:
+        if self.password_env and not self.password and self.password_env not in os.environ:
+            raise ValueError(f"password_env: environment variable {self.password_env} is not set")
+        return self
+
+    def secret(self) -> str:
+        """The password: ``password``, else the variable ``password_env`` names."""
+        if self.password or not self.password_env:
+            return self.password
+        return os.environ.get(self.password_env, "")
 
 
 class MqttLink:
@@ -61,7 +77,7 @@ class MqttLink:
         self._lock = threading.Lock()
         self.client = Client(CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=True)
         if settings.username:
-            self.client.username_pw_set(settings.username, settings.password)
+            self.client.username_pw_set(settings.username, settings.secret())
         if settings.tls_ca_file:
             self.client.tls_set(
                 ca_certs=settings.tls_ca_file,

@@ -10,12 +10,16 @@ from rclpy.context import Context
 from rclpy.parameter import Parameter
 
 from fleet_idempotency.bringup.plan import (
+    PASSWORD_VARIABLE,
     NodeSpec,
     api_namespaces,
     http_url,
     launch_node_arguments,
     launch_plan,
+    parse_broker,
     time_scale_for_speed,
+    vda5050_robots,
+    with_broker,
 )
 from fleet_idempotency.description.fleet import FleetConfigError, load_fleet, parse_fleet
 
@@ -237,3 +241,92 @@ def test_the_fleet_files_re_send_and_pacing_fields_reach_the_orchestrators_setti
     finally:
         node.shutdown()
         node.destroy_node()
+
+
+MIXED_FLEET_FILE = REPO / "config" / "fleet_mixed.yaml"
+
+
+def test_the_mixed_fleet_is_the_default_fleet_with_two_vda5050_vehicles() -> None:
+    plain, mixed = load_fleet(FLEET_FILE), load_fleet(MIXED_FLEET_FILE)
+    assert mixed.world == plain.world
+    assert [(r.id, r.type, r.start) for r in mixed.robots] == [
+        (r.id, r.type, r.start) for r in plain.robots
+    ]
+    assert [r.id for r in vda5050_robots(mixed)] == ["forklift_2", "amr_3"]
+
+
+def test_a_vda5050_robot_gets_a_simulated_vehicle_on_the_same_broker(tmp_path: Path) -> None:
+    fleet = with_broker(
+        load_fleet(MIXED_FLEET_FILE), "127.0.0.1", 18830, username="fleet", password_env="PW"
+    )
+    plan = launch_plan(fleet, fleet_file=MIXED_FLEET_FILE, store_dir=tmp_path, time_scale=0.02)
+    vehicles = {spec.name: spec for spec in plan if spec.executable == "vda5050_vehicle"}
+    assert sorted(vehicles) == ["vehicle_amr_3", "vehicle_forklift_2"]
+    forklift = vehicles["vehicle_forklift_2"]
+    options = dict(zip(forklift.arguments[::2], forklift.arguments[1::2], strict=True))
+    assert options == {
+        "--robot-id": "forklift_2",
+        "--robot-type": "forklift",
+        "--start-x": "2.0",
+        "--start-y": "8.0",
+        "--time-scale": "0.02",
+        "--password-env": "PW",
+        "--manufacturer": "fleet-idem",
+        "--serial-number": "FL-2",
+        "--broker-host": "127.0.0.1",
+        "--broker-port": "18830",
+        "--username": "fleet",
+    }
+    assert forklift.env == {}  # no password anywhere but the environment variable
+    assert forklift.ros_arguments()[: len(forklift.arguments)] == list(forklift.arguments)
+    assert launch_node_arguments(forklift)["arguments"] == list(forklift.arguments)
+    (agent,) = [s for s in plan if s.parameters.get("robot_id") == "forklift_2"]
+    assert agent.parameters["backend"] == "vda5050"
+    assert agent.parameters["backend_params.serial_number"] == "FL-2"
+    assert agent.parameters["backend_params.broker_port"] == 18830
+    assert agent.parameters["backend_params.password_env"] == "PW"
+    # Named targets are found on the fleet file's map; no simulated time for a real vehicle.
+    assert agent.parameters["backend_params.fleet_file"] == str(MIXED_FLEET_FILE.resolve())
+    assert "backend_params.time_scale" not in agent.parameters
+    assert not [s for s in plan if s.parameters.get("robot_id") == "forklift_1" and s.arguments]
+
+
+def test_the_launch_argument_names_the_broker_and_a_plain_password_stays_off_argv(
+    tmp_path: Path,
+) -> None:
+    fleet = parse_fleet(
+        {
+            "robots": [
+                {
+                    "id": "agv_1",
+                    "type": "amr",
+                    "backend": "vda5050",
+                    "backend_params": {
+                        "manufacturer": "acme",
+                        "serial_number": "S1",
+                        "broker_host": "broker.example",
+                        "password": "s3cret",
+                    },
+                }
+            ]
+        }
+    )
+    assert parse_broker("") is None
+    plan = launch_plan(
+        fleet, fleet_file=tmp_path / "f.yaml", store_dir=tmp_path, broker=parse_broker("mq:1884")
+    )
+    (vehicle,) = [spec for spec in plan if spec.executable == "vda5050_vehicle"]
+    assert "s3cret" not in vehicle.ros_arguments() and vehicle.env == {PASSWORD_VARIABLE: "s3cret"}
+    assert launch_node_arguments(vehicle)["additional_env"] == {PASSWORD_VARIABLE: "s3cret"}
+    assert vehicle.arguments[vehicle.arguments.index("--broker-host") + 1] == "mq"
+    assert vehicle.arguments[vehicle.arguments.index("--broker-port") + 1] == "1884"
+    # A real vehicle, with no world simulator: no simulated vehicle process.
+    alone = launch_plan(fleet, fleet_file=tmp_path / "f.yaml", store_dir=tmp_path, with_world=False)
+    assert not [spec for spec in alone if spec.executable == "vda5050_vehicle"]
+    with pytest.raises(ValueError, match="host:port"):
+        parse_broker("no-port")
+    arm = parse_fleet(
+        {"robots": [{"id": "a", "type": "arm", "backend": "vda5050", "backend_params": {}}]}
+    )
+    with pytest.raises(ValueError, match="amr or a forklift"):
+        launch_plan(arm, fleet_file=tmp_path / "f.yaml", store_dir=tmp_path)

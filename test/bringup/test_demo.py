@@ -56,8 +56,18 @@ def test_reduced_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
         "--orchestrator-crashes",
         "1",
     )
-    assert output.count("!! kill -9") == 3
+    # Two agents, the orchestrator and one simulated VDA 5050 vehicle; and the broker.
+    assert output.count("!! kill -9") == 4, output
+    assert "!! kill -9 vehicle_" in output and "!! broker restart" in output
     assert "160 planned" in output
+    # The default demo fleet is mixed: two robots are VDA 5050 vehicles behind a
+    # password-protected Mosquitto, and some of their order publishes were lost.
+    assert "for VDA 5050 robots forklift_2, amr_3" in output
+    lost = re.search(r"order publishes lost (\d+), vehicle crashes 1, broker restarts 1", output)
+    assert lost is not None and int(lost.group(1)) > 0, output
+    for vehicle in ("vehicle_forklift_2", "vehicle_amr_3"):
+        log = (tmp_path / "demo" / "logs" / f"{vehicle}.log").read_text()
+        assert "stopped:" in log.splitlines()[-1], log[-2000:]  # an orderly stop at the end
     assert "lost results were recovered by re-sends" in output
     # Some clients submit over the HTTP API, with the same key scope as the ROS clients.
     http_calls = re.search(r"HTTP clients +amr_3, arm_1: (\d+) calls", output)

@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 import random
 
-from fleet_idempotency.bringup.faults import ORCHESTRATOR, ROBOT, crash_schedule, different_payload
+from fleet_idempotency.bringup.faults import (
+    BROKER,
+    ORCHESTRATOR,
+    ROBOT,
+    VEHICLE,
+    crash_schedule,
+    different_payload,
+)
 from fleet_idempotency.commands import parse_payload
 from fleet_idempotency.description.fleet import load_fleet
 from fleet_idempotency.sim.mission import MissionPlanner
@@ -15,9 +22,11 @@ from support.paths import FLEET_FILE
 
 
 def test_crashes_are_spread_over_the_run_in_order_and_never_coincide() -> None:
-    schedule = crash_schedule(commands=400, robot_crashes=2, orchestrator_crashes=1)
+    schedule = crash_schedule(
+        commands=400, robot_crashes=2, orchestrator_crashes=1, vehicle_crashes=1, broker_restarts=1
+    )
     targets = [crash.target for crash in schedule]
-    assert sorted(targets) == sorted([ROBOT, ROBOT, ORCHESTRATOR])
+    assert sorted(targets) == sorted([ROBOT, ROBOT, ORCHESTRATOR, VEHICLE, BROKER])
     points = [crash.after_done for crash in schedule]
     assert points == sorted(points)
     assert len(set(points)) == len(points)

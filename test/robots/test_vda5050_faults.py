@@ -14,7 +14,9 @@ final. VDA 5050 2.1 rules (section) pinned here:
   from 0, 6.5): the key becomes INTERRUPTED, never re-sent;
 - ``connection`` last will CONNECTIONBROKEN (6.14): commands are refused before any side
   effect until the vehicle is ONLINE again;
-- after an agent crash the key is reconciled from ``state``, never published again.
+- after an agent crash the key is reconciled from ``state``, never published again: one
+  the vehicle never took is INTERRUPTED, one it finished while the agent was down (after
+  FINISHED, before the store's commit) is COMPLETED with its result, one side effect.
 """
 
 from __future__ import annotations
@@ -254,6 +256,42 @@ def test_agent_crash_before_the_vehicle_took_the_order_is_reconciled_never_resen
     agent.spin_for(1.0)
     assert len(orders_of(stand, "crash-1")) == published, "never published after the restart"
     assert stand.side_effects("crash-1") == 0
+
+
+def test_agent_crash_between_the_vehicles_finish_and_the_commit_is_reconciled_completed(
+    stand: Vda5050Stand, agent: AgentUnderTest
+) -> None:
+    agent.send("finished-1", SLOW)
+    running_order(stand, "finished-1")
+    assert agent.process is not None
+    # Frozen while the vehicle finishes: the FINISHED state reaches no store commit.
+    agent.process.send_signal(signal.SIGSTOP)
+    try:
+        stand.wait_state(
+            lambda s: s["orderId"] == "finished-1" and not s["nodeStates"] and not s["edgeStates"],
+            "the vehicle to finish the order",
+        )
+        assert stand.side_effects("finished-1") == 1
+        assert not [r for r in agent.answers("finished-1") if r.state == COMPLETED]
+    finally:
+        assert agent.signal(signal.SIGKILL) == -signal.SIGKILL
+    clean_dds_shared_memory()
+    published = len(orders_of(stand, "finished-1"))
+    agent.start()
+    # The result published as the restarted agent reconciles may precede the test's
+    # match with its new publisher: ask the store, then re-send as an orchestrator would.
+    stored = agent.wait(
+        lambda: (k := agent.check_key("finished-1")).state in (COMPLETED, 4, INTERRUPTED) and k,
+        "finished-1 reconciled in the store",
+    )
+    assert stored.state == COMPLETED, stored  # from the vehicle's state, not re-run
+    assert json.loads(stored.result_json)["pose"]["x"] == pytest.approx(40.0, abs=0.5), stored
+    agent.send("finished-1", SLOW, attempt=2)
+    replayed = agent.answer("finished-1", lambda r: r.replayed, "the replayed result")
+    assert replayed.state == COMPLETED and replayed.result_json == stored.result_json
+    agent.spin_for(1.0)
+    assert len(orders_of(stand, "finished-1")) == published, "never published after the restart"
+    assert stand.side_effects("finished-1") == 1
 
 
 def test_bad_broker_input_never_kills_the_agent(stand: Vda5050Stand, agent: AgentUnderTest) -> None:
