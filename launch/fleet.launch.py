@@ -2,11 +2,12 @@
 
     ros2 launch fleet_idempotency fleet.launch.py [fleet:=my_fleet.yaml]
         [store_dir:=~/.ros/fleet_idempotency] [speed:=20] [keyring_dir:=~/.ros/fleet_keys]
-        [http:=false]
+        [http:=false] [http_port:=8081]
 
 ``speed`` is a speed-up of simulated time (20: twenty times faster than real time);
 empty keeps the fleet file's ``simulation.time_scale``. ``http:=false`` leaves out the
-HTTP API and fleet page (on by default, at the fleet file's ``http`` host and port).
+HTTP API and fleet page (on by default, at the fleet file's ``http`` host and port;
+``http_port`` overrides the port).
 The node list comes from ``fleet_idempotency.bringup.plan.launch_plan``, the same
 function ``fleet-idem up`` uses.
 """
@@ -28,6 +29,7 @@ def _nodes(context: LaunchContext) -> list[Action]:
     store_dir = Path(LaunchConfiguration("store_dir").perform(context)).expanduser()
     speed = LaunchConfiguration("speed").perform(context)
     with_http = LaunchConfiguration("http").perform(context).strip().lower() in ("true", "1")
+    http_port = LaunchConfiguration("http_port").perform(context).strip()
     plan = launch_plan(
         load_fleet(fleet_file),
         fleet_file=fleet_file,
@@ -35,6 +37,7 @@ def _nodes(context: LaunchContext) -> list[Action]:
         time_scale=time_scale_for_speed(speed),
         keyring_dir=optional_path(LaunchConfiguration("keyring_dir").perform(context)),
         with_http=with_http,
+        http_port=int(http_port) if http_port else None,
     )
     return launch_nodes(plan)
 
@@ -66,6 +69,11 @@ def generate_launch_description() -> LaunchDescription:
                 "http",
                 default_value="true",
                 description="start the HTTP API and fleet page (false: leave them out)",
+            ),
+            DeclareLaunchArgument(
+                "http_port",
+                default_value="",
+                description="the HTTP API's port; empty: the fleet file's http.port",
             ),
             OpaqueFunction(function=_nodes),
         ]

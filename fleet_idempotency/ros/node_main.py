@@ -4,7 +4,9 @@ Shutdown on SIGINT/SIGTERM is the normal way these nodes end: the context is shu
 (``stop_signals``, not rclpy's own handler, whose wake-up can come before the shutdown
 and be lost), and the executor then raises ExternalShutdownException, or, when the
 shutdown lands while a wait set is being built, an RCLError about the invalid context.
-Both are a clean exit; any error while the context is still valid is not.
+Both are a clean exit; any error while the context is still valid is not. A stop that
+comes while the nodes are still being made is a clean exit too, whatever error the
+shut-down context then gives their constructors.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from rclpy.signals import SignalHandlerOptions
 from fleet_idempotency.auth import KeyringError
 from fleet_idempotency.bringup.fleet_config import FleetConfigError
 from fleet_idempotency.events import EventLogError
+from fleet_idempotency.ros import stop_signals
 from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
 from fleet_idempotency.ros.side_thread import serve_events
-from fleet_idempotency.ros.stop_signals import shut_down_on_stop_signals
 from fleet_idempotency.sim.world_link_ros import WorldUnavailable
 from fleet_idempotency.store import StoreError
 
@@ -80,14 +82,19 @@ def run_nodes(
 ) -> None:
     """``executor``: ``single``, ``multi`` (``threads``) or ``events`` (``spin_events``,
     which calls ``between_events``)."""
+    stops = stop_signals.install()  # already done by the executables' entry points
+    if stops.received.is_set():
+        return
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    shut_down_on_stop_signals(rclpy.try_shutdown)
+    stops.on_stop(rclpy.try_shutdown)
     watch_parent()
     nodes: Sequence[Node] = []
     try:
         try:
             nodes = make_nodes()
         except STARTUP_ERRORS as error:
+            if stops.received.is_set():
+                return  # stopped while starting: the error is the shutdown's
             print(f"{name}: cannot start: {error}", file=sys.stderr)
             raise SystemExit(1) from None
         if executor == "events":
