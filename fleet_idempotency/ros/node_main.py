@@ -86,6 +86,9 @@ def run_nodes(
     if stops.received.is_set():
         return
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    # Made while no stop can have shut the context down yet: an executor made on a
+    # shut-down context fails half-built, and its __del__ prints "Exception ignored".
+    spinner = None if executor == "events" else make_executor(executor, threads)
     stops.on_stop(rclpy.try_shutdown)
     watch_parent()
     nodes: Sequence[Node] = []
@@ -97,10 +100,9 @@ def run_nodes(
                 return  # stopped while starting: the error is the shutdown's
             print(f"{name}: cannot start: {error}", file=sys.stderr)
             raise SystemExit(1) from None
-        if executor == "events":
+        if spinner is None:
             spin_events(nodes, between_events)
         else:
-            spinner = make_executor(executor, threads)
             for node in nodes:
                 spinner.add_node(node)
             spinner.spin()
