@@ -31,7 +31,7 @@ from fleet_idempotency.bringup.fleet_config import FleetConfigError
 from fleet_idempotency.events import EventLogError
 from fleet_idempotency.ros import stop_signals
 from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
-from fleet_idempotency.ros.side_thread import serve_events
+from fleet_idempotency.ros.side_thread import join_serving_threads, serve_events
 from fleet_idempotency.sim.world_link_ros import WorldUnavailable
 from fleet_idempotency.store import StoreError
 
@@ -46,6 +46,11 @@ STARTUP_ERRORS = (
     ValidationError,
     ValueError,
 )
+
+
+# Side executors leave their wait as soon as the context is shut down; the shutdown
+# deadline (parent_watch) still bounds a wait that does not end.
+SIDE_THREADS_JOIN_S = 5.0
 
 
 def make_executor(kind: str, threads: int) -> Executor:
@@ -119,3 +124,4 @@ def run_nodes(
                 shutdown()
             node.destroy_node()
         rclpy.try_shutdown()
+        join_serving_threads(SIDE_THREADS_JOIN_S)
