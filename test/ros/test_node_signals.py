@@ -141,7 +141,7 @@ def test_a_node_exits_0_without_a_traceback(
         code = process.wait(timeout=EXIT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         stacks = thread_stacks(process.pid)
-        pytest.fail(f"{kind} running {EXIT_TIMEOUT_S} s after {stop}:\n{children.log(kind)}\n{stacks}")
+        pytest.fail(f"{kind} up {EXIT_TIMEOUT_S} s after {stop}:\n{children.log(kind)}\n{stacks}")
     output = children.log(kind)
     assert code == 0, output
     assert not problem_lines(output), output
