@@ -20,20 +20,18 @@ import time
 import urllib.request
 from pathlib import Path
 
-from fleet_idempotency.bringup.launch_run import LaunchOutcome, Ros2Launch, ros2_executable
+from fleet_idempotency.bringup.launch_run import (
+    LaunchOutcome,
+    Ros2Launch,
+    fleet_up,
+    ros2_executable,
+)
 from fleet_idempotency.http.ports import available_port
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 
-# One line each from the world simulator, the orchestrator and the HTTP API, one per agent.
-READY_MARKERS = ("world from", "orchestrating", "http_api: serving")
 AGENTS = 6
 READY_TIMEOUT_S = 90.0
 EXIT_TIMEOUT_S = 60.0
-
-
-def fleet_ready(text: str) -> bool:
-    agents_ready = text.count(" ready: store ") >= AGENTS
-    return agents_ready and all(marker in text for marker in READY_MARKERS)
 
 
 def http_ready(port: int) -> bool:
@@ -59,7 +57,9 @@ def one_run(work: Path, speed: str, presses: int) -> LaunchOutcome:
             f"http_port:={port}",
         ]
         with Ros2Launch(arguments, env, work / "launch.log") as launch:
-            launch.wait_until(fleet_ready, READY_TIMEOUT_S, "every node ready")
+            launch.wait_until(
+                lambda text: fleet_up(text, AGENTS), READY_TIMEOUT_S, "every node ready"
+            )
             deadline = time.monotonic() + READY_TIMEOUT_S
             while not http_ready(port):
                 if time.monotonic() > deadline:

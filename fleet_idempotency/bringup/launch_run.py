@@ -33,6 +33,18 @@ PROBLEM = re.compile(
 )
 
 
+# The line each node of a fleet prints once it serves: the world simulator, the
+# orchestrator, the HTTP API, and every agent (``AGENT_READY``, once per robot).
+FLEET_READY = ("world from", "orchestrating", "http_api: serving")
+AGENT_READY = " ready: store "
+
+
+def fleet_up(text: str, agents: int, *, with_http: bool = True) -> bool:
+    """Whether launch's output shows every node of a fleet of ``agents`` robots serving."""
+    markers = FLEET_READY if with_http else FLEET_READY[:2]
+    return text.count(AGENT_READY) >= agents and all(m in text for m in markers)
+
+
 @dataclass
 class NodeExit:
     name: str  # launch's name for the process, e.g. agent_driver-3
