@@ -99,11 +99,22 @@ class Ros2Launch:
     """One ``ros2 launch`` in its own process group, its output (stdout and stderr) in
     ``log``. Use as a context manager: leaving it stops whatever is still running."""
 
-    def __init__(self, arguments: list[str], env: Mapping[str, str], log: Path) -> None:
-        ros2 = ros2_executable()
-        if ros2 is None:
-            raise FileNotFoundError("no ros2 CLI (the ROS 2 launch stack is not installed)")
-        self.argv = [ros2, "launch", *arguments]
+    def __init__(
+        self,
+        arguments: list[str],
+        env: Mapping[str, str],
+        log: Path,
+        *,
+        command: list[str] | None = None,
+    ) -> None:
+        """``ros2 launch <arguments>``, or ``command`` (e.g. a shell that sources a
+        workspace, then execs ros2 launch: exec, so the group's leader is launch)."""
+        if command is None:
+            ros2 = ros2_executable()
+            if ros2 is None:
+                raise FileNotFoundError("no ros2 CLI (the ROS 2 launch stack is not installed)")
+            command = [ros2, "launch", *arguments]
+        self.argv = command
         self.env = dict(env)
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
