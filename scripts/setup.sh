@@ -3,9 +3,9 @@
 # from PyPI wheels (pinned by env/req-jazzy.lock.txt), then the package itself, built
 # with its interfaces. Idempotent: each step is skipped while its inputs are unchanged.
 #
-#   scripts/setup.sh            runtime + build dependencies, the package
-#   scripts/setup.sh --test     the same plus test tools (pytest, ruff, mypy, colcon)
-#
+#   scripts/setup.sh            runtime + build dependencies, the package (ros2 run-able)
+#   scripts/setup.sh --test     the same plus test tools (pytest, ruff, mypy, colcon), and
+#                               the ROS 2 launch stack if ../shared/ros2-jazzy-launch exists
 # Environment: FLEET_IDEM_VENV (default <repo>/.venv), PYTHON (interpreter to use).
 set -euo pipefail
 
