@@ -15,7 +15,7 @@ with_tests=0
 for arg in "$@"; do
     case "$arg" in
         --test) with_tests=1 ;;
-        -h | --help) sed -n '2,11p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        -h | --help) sed -n '2,8p' "${BASH_SOURCE[0]}"; exit 0 ;;
         *) echo "setup: unknown option '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
