@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +33,8 @@ from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_doma
 AGENTS = 6
 READY_TIMEOUT_S = 90.0
 EXIT_TIMEOUT_S = 60.0
+# A clean stop takes ~1 s; past this the still-running nodes' stacks are saved.
+SLOW_STOP_S = 3.0
 
 
 def http_ready(port: int) -> bool:
@@ -66,7 +69,35 @@ def one_run(work: Path, speed: str, presses: int) -> LaunchOutcome:
                     raise TimeoutError("the HTTP API never answered /readyz 200")
                 time.sleep(0.1)
             launch.interrupt(times=presses)
+            assert launch.process is not None
+            try:
+                launch.process.wait(timeout=SLOW_STOP_S)
+            except subprocess.TimeoutExpired:
+                dump_stacks(launch.process.pid, work / "slow_stop_stacks.txt")
             return launch.wait(EXIT_TIMEOUT_S)
+
+
+def dump_stacks(launch_pid: int, into: Path) -> None:
+    """Every still-running child's threads (py-spy), for a stop slower than it should be."""
+    spy = Path(sys.executable).with_name("py-spy")
+    children = Path(f"/proc/{launch_pid}/task/{launch_pid}/children")
+    pids = children.read_text().split() if children.exists() else []
+    with into.open("w") as sink:
+        for pid in pids:
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue  # exited meanwhile
+            sink.write(f"--- {pid} {command.decode(errors='replace')}\n")
+            sink.flush()
+            subprocess.run(
+                [str(spy), "dump", "--native", "--pid", pid],
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                timeout=60,
+                check=False,
+            )
+    print(f"    slow stop: stacks of {len(pids)} processes in {into}", flush=True)
 
 
 def main() -> None:

@@ -70,10 +70,10 @@ class LaunchOutcome:
         )
 
     def summary(self) -> str:
-        codes = ",".join(str(e.code) for e in self.exits) or "none"
+        codes = ",".join(str(e.code) if not e.code else f"{e.name}:{e.code}" for e in self.exits)
         return (
             f"launch rc {self.returncode} after {self.seconds_to_exit:.1f} s; node exit codes "
-            f"[{codes}]; respawned while stopping {len(self.started_after_stop)}; "
+            f"[{codes or 'none'}]; respawned while stopping {len(self.started_after_stop)}; "
             f"problem lines {len(self.problems)}"
         )
 
@@ -119,6 +119,7 @@ class Ros2Launch:
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
         self._stopped_at = 0  # length of the output when the interrupt was sent
+        self._interrupted_at = time.monotonic()
 
     def __enter__(self) -> Ros2Launch:
         self.start()
@@ -164,17 +165,18 @@ class Ros2Launch:
         whole process group."""
         assert self.process is not None
         self._stopped_at = len(self.output())
+        self._interrupted_at = time.monotonic()
         for press in range(times):
             if press:
                 time.sleep(gap_s)
             os.killpg(self.process.pid, signal.SIGINT)
 
     def wait(self, timeout_s: float) -> LaunchOutcome:
-        """Wait for launch to exit after ``interrupt``; what it and its nodes did since."""
+        """Wait for launch to exit after ``interrupt``; what it and its nodes did since
+        (``seconds_to_exit`` counts from the interrupt)."""
         assert self.process is not None
-        began = time.monotonic()
         returncode = self.process.wait(timeout=timeout_s)
-        seconds = time.monotonic() - began
+        seconds = time.monotonic() - self._interrupted_at
         after = self.output()[self._stopped_at :]
         return LaunchOutcome(
             returncode=returncode,
