@@ -118,10 +118,12 @@ def run_nodes(
             raise
     finally:
         arm_shutdown_deadline()
+        # Side executors first, out of rclpy: destroy_node busy-waits in C++ with the GIL
+        # held for DDS callbacks in progress, which a serving thread may hold up.
+        rclpy.try_shutdown()
+        join_serving_threads(SIDE_THREADS_JOIN_S)
         for node in nodes:
             shutdown = getattr(node, "shutdown", None)
             if shutdown is not None:
                 shutdown()
             node.destroy_node()
-        rclpy.try_shutdown()
-        join_serving_threads(SIDE_THREADS_JOIN_S)

@@ -159,8 +159,7 @@ class EventsSpinner:
         self._executor.add_node(node)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
-        _SERVING[:] = [*(t for t in _SERVING if t.is_alive()), self._thread]
-        self._thread.start()
+        self._thread.start()  # joined by ``shutdown``, which its owner calls
 
     def _run(self) -> None:
         keep_serving(
