@@ -215,12 +215,13 @@ setup(
     distclass=PlatformDistribution,
     entry_points={
         "console_scripts": [
-            "agent_driver = fleet_idempotency.agent.node:main",
-            "orchestrator = fleet_idempotency.orchestrator.node:main",
-            "agent_host = fleet_idempotency.agent.host:main",
-            "world_simulator = fleet_idempotency.sim.world_node:main",
+            # Through entry_points: stop signals are routed before the node's modules load.
+            "agent_driver = fleet_idempotency.ros.entry_points:agent_driver",
+            "orchestrator = fleet_idempotency.ros.entry_points:orchestrator",
+            "agent_host = fleet_idempotency.ros.entry_points:agent_host",
+            "world_simulator = fleet_idempotency.ros.entry_points:world_simulator",
+            "http_api = fleet_idempotency.ros.entry_points:http_api",
             "vda5050_vehicle = fleet_idempotency.sim.vda5050_vehicle:main",
-            "http_api = fleet_idempotency.http.node:main",
             "fleet-idem = fleet_idempotency.bringup.cli:main",
             "fleet-idem-store = fleet_idempotency.store.cli:main",
             "fleet-idem-events = fleet_idempotency.events.cli:main",

@@ -2,11 +2,12 @@
 
     ros2 launch fleet_idempotency fleet.launch.py [fleet:=my_fleet.yaml]
         [store_dir:=~/.ros/fleet_idempotency] [speed:=20] [keyring_dir:=~/.ros/fleet_keys]
-        [http:=false] [mqtt_broker:=host:port]
+        [http:=false] [http_port:=8081] [mqtt_broker:=host:port]
 
 ``speed`` is a speed-up of simulated time (20: twenty times faster than real time);
 empty keeps the fleet file's ``simulation.time_scale``. ``http:=false`` leaves out the
-HTTP API and fleet page (on by default, at the fleet file's ``http`` host and port).
+HTTP API and fleet page (on by default, at the fleet file's ``http`` host and port;
+``http_port`` overrides the port).
 Robots with ``backend: vda5050`` are VDA 5050 vehicles: each also gets a simulated vehicle
 process acting in the world simulator, and agent and vehicle meet on an MQTT broker that
 is yours to run (unlike ``fleet-idem up``/``demo``, which start one): the robots'
@@ -39,6 +40,7 @@ def _nodes(context: LaunchContext) -> list[Action]:
     store_dir = Path(LaunchConfiguration("store_dir").perform(context)).expanduser()
     speed = LaunchConfiguration("speed").perform(context)
     with_http = LaunchConfiguration("http").perform(context).strip().lower() in ("true", "1")
+    http_port = LaunchConfiguration("http_port").perform(context).strip()
     plan = launch_plan(
         load_fleet(fleet_file),
         fleet_file=fleet_file,
@@ -47,6 +49,7 @@ def _nodes(context: LaunchContext) -> list[Action]:
         keyring_dir=optional_path(LaunchConfiguration("keyring_dir").perform(context)),
         with_http=with_http,
         broker=parse_broker(LaunchConfiguration("mqtt_broker").perform(context)),
+        http_port=int(http_port) if http_port else None,
     )
     return launch_nodes(plan)
 
@@ -84,6 +87,11 @@ def generate_launch_description() -> LaunchDescription:
                 default_value="",
                 description="host:port of the MQTT broker of the VDA 5050 robots; empty: the "
                 "fleet file's backend_params",
+            ),
+            DeclareLaunchArgument(
+                "http_port",
+                default_value="",
+                description="the HTTP API's port; empty: the fleet file's http.port",
             ),
             OpaqueFunction(function=_nodes),
         ]

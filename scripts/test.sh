@@ -16,9 +16,21 @@ say "mypy (strict; the ROS shells may call untyped rclpy)"
 "$venv/bin/mypy" --no-error-summary
 say "import-linter (the layers run one way; the agent never imports the simulator)"
 "$venv/bin/lint-imports" --no-cache >/dev/null || "$venv/bin/lint-imports" --no-cache
-say "pytest"
 # DDS traffic of this run stays on this machine; each test leases its own domain id.
 export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
+say "collection: the same tests with and without launch_testing's pytest plugin"
+# That plugin imports every test module in its own collection hook: a module-level skip
+# there once dropped the rest of a directory silently. The lists must be equal.
+collected() { "$venv/bin/pytest" -q --collect-only -p no:cacheprovider "$@" 2>&1 | grep '::' | sort || true; }
+with_plugin=$(collected)
+without_plugin=$(collected -p no:launch_testing -p no:launch_ros)
+if [ "$with_plugin" != "$without_plugin" ]; then
+    diff <(printf '%s\n' "$with_plugin") <(printf '%s\n' "$without_plugin") | head -n 40 >&2
+    echo "[test] collection differs with launch_testing's plugin (<) and without it (>)" >&2
+    exit 1
+fi
+say "collected $(printf '%s\n' "$with_plugin" | grep -c .) tests either way"
+say "pytest"
 status=0
 "$venv/bin/pytest" "$@" || status=$?
 if [ "$status" = 5 ]; then

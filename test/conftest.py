@@ -22,6 +22,7 @@ pytest_plugins = [
     "support.http_harness",
     "support.postgres_support",
     "support.event_log_support",
+    "support.colcon_workspace",
 ]
 
 

@@ -15,13 +15,14 @@ gets 503 with Retry-After and retries itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import math
-import signal
 import sys
 import threading
 from collections import Counter
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from fleet_idempotency.msg import (
     OrchestratorBoot,
     RobotStatus,
 )
+from fleet_idempotency.ros import stop_signals
 from fleet_idempotency.ros.convert import MAX_EVENTS_PER_BATCH, time_to_epoch
 from fleet_idempotency.ros.guard import CallbackGuard
 from fleet_idempotency.ros.node_main import STARTUP_ERRORS
@@ -355,8 +357,8 @@ class HttpApiNode(Node):
         return geometry, state
 
     # --- serving ----------------------------------------------------------------------------
-    def serve(self) -> None:
-        """Run uvicorn in this (the main) thread until SIGINT/SIGTERM."""
+    def serve(self, stops: stop_signals.StopSignals) -> None:
+        """Run uvicorn in this (the main) thread until a stop signal."""
         config = uvicorn.Config(
             self.app,
             host=self.host,
@@ -366,7 +368,7 @@ class HttpApiNode(Node):
             # Open event streams never end by themselves: do not wait for them forever.
             timeout_graceful_shutdown=2,
         )
-        server = uvicorn.Server(config)
+        server = QuietServer(config)
         auth = (
             f"API keys for {', '.join(self.api_keys.clients())}"
             if self.api_keys.enabled
@@ -374,16 +376,36 @@ class HttpApiNode(Node):
         )
         # Printed, not only logged: `fleet-idem up` and people read it.
         print(f"http_api: serving {self.url} (page), {self.url}docs (API); {auth}", flush=True)
+        stops.on_stop(server.request_exit)
         server.run()
 
 
+class QuietServer(uvicorn.Server):
+    """uvicorn, stopped only through ``request_exit``: always the graceful way.
+
+    uvicorn's own signal handling turns a second SIGINT into a forced exit, which skips
+    the lifespan's shutdown and leaves starlette to log a CancelledError traceback; under
+    ``ros2 launch`` every Ctrl-C is a second SIGINT (the terminal's, then launch's). It
+    also re-raised the caught signal once done, into whatever handler was there before.
+    The process's stop signals are ``stop_signals``' alone."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+    def request_exit(self) -> None:
+        # Read by uvicorn's main loop (every 0.1 s) and its start-up: no lock needed.
+        self.should_exit = True
+
+
 def main(args: list[str] | None = None) -> None:
-    # uvicorn owns SIGINT/SIGTERM (graceful close of connections); it re-raises a caught
-    # signal to the previous handler when it is done, so leave harmless ones in place.
+    # A stop ends uvicorn (QuietServer.request_exit); the ROS side is shut down after it,
+    # once no request can still be using it.
+    stops = stop_signals.install()  # already done by the executable's entry point
+    if stops.received.is_set():
+        return
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     watch_parent()  # under fleet-idem: exit with it, however it dies
-    for caught in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(caught, lambda *_: None)
     node: HttpApiNode | None = None
     executors = [SingleThreadedExecutor(), SingleThreadedExecutor()]
     spinners: list[threading.Thread] = []
@@ -393,11 +415,13 @@ def main(args: list[str] | None = None) -> None:
         except (*STARTUP_ERRORS, ApiKeyError) as error:
             print(f"http_api: cannot start: {error}", file=sys.stderr)
             raise SystemExit(1) from None
+        if stops.received.is_set():
+            return  # stopped while starting
         executors[0].add_node(node)
         executors[1].add_node(node.calls)
         for index, executor in enumerate(executors):
             spinners.append(start_serving_thread(executor, f"ros-{index}"))
-        node.serve()
+        node.serve(stops)
     finally:
         arm_shutdown_deadline()
         for executor in executors:

@@ -3,6 +3,8 @@
 - ``qos``: the quality-of-service profiles of every endpoint.
 - ``convert``: generated messages <-> the transport-neutral forms of ``protocol``.
 - ``node_main``: the shared ``main()`` body (spin, clean shutdown, clear start-up errors).
+- ``entry_points``: the node executables; they route stop signals before rclpy loads.
+- ``stop_signals``: SIGINT/SIGTERM stop a node once and cleanly (no rclpy import).
 - ``guard``: exception barriers for every callback (no rclpy import).
 - ``parent_watch``: a node started by ``fleet-idem`` exits when it dies (no rclpy import).
 - ``fleet_client``: a client of the fleet's API, as a warehouse system would use it.

@@ -4,7 +4,9 @@ Shutdown on SIGINT/SIGTERM is the normal way these nodes end: the context is shu
 (``stop_signals``, not rclpy's own handler, whose wake-up can come before the shutdown
 and be lost), and the executor then raises ExternalShutdownException, or, when the
 shutdown lands while a wait set is being built, an RCLError about the invalid context.
-Both are a clean exit; any error while the context is still valid is not.
+Both are a clean exit; any error while the context is still valid is not. A stop that
+comes while the nodes are still being made is a clean exit too, whatever error the
+shut-down context then gives their constructors.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ from fleet_idempotency.auth import KeyringError
 from fleet_idempotency.description.fleet import FleetConfigError
 from fleet_idempotency.events import EventLogError
 from fleet_idempotency.protocol import EXIT_STARTUP_ERROR
+from fleet_idempotency.ros import stop_signals
 from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
-from fleet_idempotency.ros.side_thread import serve_events
-from fleet_idempotency.ros.stop_signals import shut_down_on_stop_signals
+from fleet_idempotency.ros.side_thread import join_serving_threads, serve_events
 from fleet_idempotency.store import StoreError
 
 # Errors a user can fix (a bad fleet file, a store from elsewhere, an unusable backend,
@@ -44,6 +46,11 @@ STARTUP_ERRORS = (
     ValidationError,
     ValueError,
 )
+
+
+# Side executors leave their wait as soon as the context is shut down; the shutdown
+# deadline (parent_watch) still bounds a wait that does not end.
+SIDE_THREADS_JOIN_S = 5.0
 
 
 def make_executor(kind: str, threads: int) -> Executor:
@@ -80,20 +87,27 @@ def run_nodes(
 ) -> None:
     """``executor``: ``single``, ``multi`` (``threads``) or ``events`` (``spin_events``,
     which calls ``between_events``)."""
+    stops = stop_signals.install()  # already done by the executables' entry points
+    if stops.received.is_set():
+        return
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    shut_down_on_stop_signals(rclpy.try_shutdown)
+    # Made while no stop can have shut the context down yet: an executor made on a
+    # shut-down context fails half-built, and its __del__ prints "Exception ignored".
+    spinner = None if executor == "events" else make_executor(executor, threads)
+    stops.on_stop(rclpy.try_shutdown)
     watch_parent()
     nodes: Sequence[Node] = []
     try:
         try:
             nodes = make_nodes()
         except STARTUP_ERRORS as error:
+            if stops.received.is_set():
+                return  # stopped while starting: the error is the shutdown's
             print(f"{name}: cannot start: {error}", file=sys.stderr)
             raise SystemExit(EXIT_STARTUP_ERROR) from None
-        if executor == "events":
+        if spinner is None:
             spin_events(nodes, between_events)
         else:
-            spinner = make_executor(executor, threads)
             for node in nodes:
                 spinner.add_node(node)
             spinner.spin()
@@ -104,9 +118,12 @@ def run_nodes(
             raise
     finally:
         arm_shutdown_deadline()
+        # Side executors first, out of rclpy: destroy_node busy-waits in C++ with the GIL
+        # held for DDS callbacks in progress, which a serving thread may hold up.
+        rclpy.try_shutdown()
+        join_serving_threads(SIDE_THREADS_JOIN_S)
         for node in nodes:
             shutdown = getattr(node, "shutdown", None)
             if shutdown is not None:
                 shutdown()
             node.destroy_node()
-        rclpy.try_shutdown()

@@ -1,4 +1,4 @@
-"""SIGINT and SIGTERM shut a node's context down *before* its executors are woken.
+"""SIGINT and SIGTERM stop a node: once, cleanly, however many arrive and whenever.
 
 rclpy's own signal handler (Jazzy) wakes the executors first and shuts the context down
 after, from another thread. An executor that rebuilds its wait set in between finds the
@@ -9,12 +9,29 @@ loaded machine hung for ever (docs/design.md, "No input kills a node").
 
 Here the signal only writes a byte to a socket (Python's wake-up fd, written from the C
 signal handler, so it works while the main thread is blocked in a wait); a watcher thread
-reads it and calls ``rclpy.try_shutdown``, which invalidates the context first and then
-runs its on-shutdown callbacks, among them every executor's ``wake``. Nothing is polled.
+reads it and runs what was registered with ``on_stop`` (``rclpy.try_shutdown``, which
+invalidates the context first and then wakes every executor; uvicorn's exit flag).
+Nothing is polled. Three things make every stop clean, each seen failing under
+``ros2 launch``, whose Ctrl-C reaches a node twice (the terminal's SIGINT to the process
+group, then launch's own):
+
+- The wake-up socket stays open for the life of the process. Python writes to the
+  wake-up fd on *every* signal, and the watcher used to close it once it had acted: the
+  second SIGINT then printed ``Exception ignored when trying to write to the signal
+  wakeup fd ... Bad file descriptor`` (or wrote a byte into whatever file had reused the
+  number).
+- At exit the stop signals are ignored (``atexit``): interpreter finalisation resets every
+  signal with a Python handler to its default action, and a second SIGINT landing then
+  killed the exiting node (launch: ``process has died [exit code -2]``).
+- ``install`` is the first thing a node executable does (``entry_points``), before rclpy
+  and the node's modules load (~0.5 s): a SIGINT during start-up otherwise meets Python's
+  default handler (a KeyboardInterrupt traceback, exit -2). A stop that comes before the
+  node is up is remembered and ends it as soon as it can act on it.
 """
 
 from __future__ import annotations
 
+import atexit
 import signal
 import socket
 import threading
@@ -23,40 +40,84 @@ from collections.abc import Callable
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def shut_down_on_stop_signals(shut_down: Callable[[], object]) -> threading.Thread:
-    """From the main thread, after ``rclpy.init(signal_handler_options=NO)``: call
-    ``shut_down`` on a watcher thread at the first SIGINT or SIGTERM."""
+class StopSignals:
+    """This process's stop: ``received`` once a stop signal came; ``on_stop`` callbacks
+    run once, on the watcher thread (or at once, for one registered after the stop)."""
+
+    def __init__(self) -> None:
+        self.received = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], object]] = []
+
+    def on_stop(self, callback: Callable[[], object]) -> None:
+        with self._lock:
+            if not self.received.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def stop(self) -> None:
+        """What a stop signal does (also callable directly, e.g. by a test)."""
+        with self._lock:
+            if self.received.is_set():
+                return
+            self.received.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+
+# This process's one StopSignals, and the wake-up socket pair, referenced here for as
+# long as the process lives.
+_INSTALLED: list[StopSignals] = []
+_WAKEUP: list[socket.socket] = []
+
+
+def install() -> StopSignals:
+    """Route SIGINT and SIGTERM to this process's ``StopSignals`` (from the main thread;
+    idempotent: later calls return the same object)."""
+    if _INSTALLED:
+        return _INSTALLED[0]
+    stops = StopSignals()
     reader, writer = socket.socketpair()
     writer.setblocking(False)
+    _WAKEUP[:] = [reader, writer]
+    # The fd first: a stop arriving between the two would otherwise run the Python-level
+    # handler with no byte written, and be lost.
     signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
     for stop_signal in STOP_SIGNALS:
         # The Python-level handler does nothing: the wake-up fd carries the signal. (The
         # default SIGINT handler would raise KeyboardInterrupt in the middle of shutdown.)
         signal.signal(stop_signal, _ignore)
-    watcher = threading.Thread(
-        target=_shut_down_when_signalled,
-        args=(reader, writer, shut_down),
-        name="stop-signals",
-        daemon=True,
-    )
-    watcher.start()
-    return watcher
+    atexit.register(_ignore_stop_signals)
+    threading.Thread(target=_watch, args=(reader, stops), name="stop-signals", daemon=True).start()
+    _INSTALLED.append(stops)
+    return stops
+
+
+def shut_down_on_stop_signals(shut_down: Callable[[], object]) -> StopSignals:
+    """``install``, and call ``shut_down`` at the first stop signal (or now, if one came)."""
+    stops = install()
+    stops.on_stop(shut_down)
+    return stops
 
 
 def _ignore(_signum: int, _frame: object) -> None:
     return None
 
 
-def _shut_down_when_signalled(
-    reader: socket.socket, _writer: socket.socket, shut_down: Callable[[], object]
-) -> None:
-    # The wake-up fd carries every signal Python handles (SIGALRM, SIGCHLD...): wait for
-    # a stop signal. ``_writer`` is passed only to keep its descriptor open.
+def _ignore_stop_signals() -> None:
+    for stop_signal in STOP_SIGNALS:
+        signal.signal(stop_signal, signal.SIG_IGN)
+
+
+def _watch(reader: socket.socket, stops: StopSignals) -> None:
+    # The wake-up fd carries every signal Python handles (SIGALRM, SIGCHLD...): act on a
+    # stop signal, and keep draining after it so the socket never fills.
     stop_numbers = {int(stop_signal) for stop_signal in STOP_SIGNALS}
     while True:
         received = reader.recv(64)
         if not received:
             return
         if stop_numbers.intersection(received):
-            break
-    shut_down()
+            stops.stop()

@@ -1,74 +1,158 @@
-"""launch_testing tests of the launch files, for machines with a full ROS 2 install.
+"""The launch files under the real ROS 2 launch stack: ``launch_test`` runs the
+launch_testing checks in ``launch_checks/`` (each in a process of its own), and
+``ros2 launch`` runs as a user's terminal does, Ctrl-C included.
 
-launch, launch_ros and launch_testing are not installable from PyPI, so on machines set
-up by scripts/setup.sh this module is skipped; the node list these launch files start is
-tested here through fleet_idempotency.bringup.plan (test_bringup.py), and the same nodes run
-as plain processes in test_agent_node.py, test_orchestrator_node.py and the demo test.
-Run with a sourced ROS 2 Jazzy:  launch_test test/test_launch.py   (or colcon test).
+Needs ``launch``, ``launch_testing`` and the ``ros2`` CLI in this environment:
+``scripts/setup.sh --test`` installs them from ../shared/ros2-jazzy-launch when that
+folder exists, and a sourced ROS 2 Jazzy has them; elsewhere this module skips, saying
+why. Each test leases its own DDS domain, takes a free HTTP port, and keeps its stores
+and ROS logs in its own temporary directory.
+
+    .venv/bin/pytest test/bringup/test_launch.py
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import tempfile
-import time
-import unittest
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-pytest.importorskip(
-    "launch_testing", reason="launch_testing is not installed here (needs a full ROS 2 install)"
-)
-pytest.importorskip("launch_ros", reason="launch_ros is not installed here (full ROS 2 install)")
-import launch
-import launch_testing.actions
-import launch_testing.asserts
-import rclpy
-from launch.actions import IncludeLaunchDescription
-from launch.launch_description_sources import PythonLaunchDescriptionSource
+from fleet_idempotency.bringup.launch_run import PROBLEM, Ros2Launch, fleet_up, ros2_executable
+from fleet_idempotency.http.ports import available_port
 
-from fleet_idempotency.srv import SubmitCommand
-
-from support.paths import REPO
-
-LAUNCH_DIR = REPO / "launch"
-STORE_DIR = tempfile.mkdtemp(prefix="fleet_launch_test_")
-
-
-@pytest.mark.launch_test
-def generate_test_description() -> launch.LaunchDescription:
-    fleet = IncludeLaunchDescription(
-        PythonLaunchDescriptionSource(str(LAUNCH_DIR / "fleet.launch.py")),
-        launch_arguments={"store_dir": STORE_DIR, "speed": "50"}.items(),
+CHECKS = Path(__file__).resolve().parent / "launch_checks"
+LAUNCH_TEST = Path(sys.executable).with_name("launch_test")
+MISSING = [
+    name
+    for name, present in (
+        ("launch_testing", importlib.util.find_spec("launch_testing") is not None),
+        ("launch_ros", importlib.util.find_spec("launch_ros") is not None),
+        ("the launch_test CLI", LAUNCH_TEST.exists()),
+        ("the ros2 CLI", ros2_executable() is not None),
     )
-    return launch.LaunchDescription([fleet, launch_testing.actions.ReadyToTest()])
+    if not present
+]
+pytestmark = [
+    pytest.mark.skipif(
+        bool(MISSING),
+        reason=f"needs the ROS 2 launch stack; missing {', '.join(MISSING)} "
+        "(scripts/setup.sh --test installs it from ../shared/ros2-jazzy-launch)",
+    ),
+    pytest.mark.slow,
+    # A fleet of nine processes on two shared cores, started more than once.
+    pytest.mark.timeout(600),
+]
+ROBOTS = 6
+# About 1 fleet stop in 20, one node's exit hits the 10 s shutdown deadline (-14): rclpy's
+# destroy_node busy-waits in Fast DDS (DomainParticipant::set_listener) with the GIL held
+# while every peer leaves at once. Not fixed here (issue 28 report); one rerun keeps the
+# exit-0 assertion strict without making CI red on it.
+UPSTREAM_DESTROY_HANG = pytest.mark.flaky(reruns=1)
 
 
-class TestFleetAnswersASubmit(unittest.TestCase):
-    def test_submit_reaches_a_final_result(self) -> None:
-        rclpy.init()
-        node = rclpy.create_node("launch_test_client")
-        try:
-            client = node.create_client(SubmitCommand, "/fleet/submit_command")
-            self.assertTrue(client.wait_for_service(timeout_sec=60.0))
-            request = SubmitCommand.Request(
-                client_id="launch-test",
-                idempotency_key=f"launch-{os.getpid()}-{time.time()}",
-                robot_id="amr_1",
-                command_type="dock",
-                payload_json='{"dock": "D1"}',
-                wait_timeout_sec=30.0,
-            )
-            future = client.call_async(request)
-            rclpy.spin_until_future_complete(node, future, timeout_sec=60.0)
-            self.assertIsNotNone(future.result())
-            self.assertEqual(future.result().status_code, 200)
-        finally:
-            node.destroy_node()
-            rclpy.shutdown()
+@pytest.fixture
+def launch_env(ros_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """The test's domain, this venv's packages on AMENT_PREFIX_PATH (where ros2 launch
+    finds fleet_idempotency), ROS logs in the test's directory."""
+    env = dict(ros_env)
+    env["AMENT_PREFIX_PATH"] = os.pathsep.join(
+        dict.fromkeys(filter(None, [sys.prefix, *env.get("AMENT_PREFIX_PATH", "").split(":")]))
+    )
+    env["ROS_LOG_DIR"] = str(tmp_path / "ros_log")
+    return env
 
 
-@launch_testing.post_shutdown_test()
-class TestCleanShutdown(unittest.TestCase):
-    def test_every_node_exits_cleanly(self, proc_info: launch_testing.ProcInfoHandler) -> None:
-        launch_testing.asserts.assertExitCodes(proc_info, allowable_exit_codes=[0, -2, -15])
+def run_launch_test(checks: str, arguments: list[str], env: dict[str, str], log: Path) -> None:
+    """``launch_test`` on one checks file; fails the test with its output when it fails."""
+    with log.open("wb") as sink:
+        result = subprocess.run(
+            [str(LAUNCH_TEST), str(CHECKS / checks), *arguments],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=540,
+            check=False,
+        )
+    output = log.read_text(errors="replace")
+    assert result.returncode == 0, f"launch_test {checks} exited {result.returncode}:\n{output}"
+
+
+@UPSTREAM_DESTROY_HANG
+def test_fleet_launch_serves_submits_respawns_and_stops_cleanly(
+    launch_env: dict[str, str], tmp_path: Path
+) -> None:
+    port = available_port("127.0.0.1", 0)
+    run_launch_test(
+        "fleet_checks.py",
+        [f"store_dir:={tmp_path / 'stores'}", f"http_port:={port}"],
+        launch_env,
+        tmp_path / "launch_test.log",
+    )
+
+
+@pytest.mark.xfail(
+    reason="needs issue 27: agent waits for its backend instead of aborting", strict=False
+)
+def test_robot_launch_alone_waits_for_world_and_orchestrator(
+    launch_env: dict[str, str], tmp_path: Path
+) -> None:
+    run_launch_test(
+        "robot_checks.py",
+        [f"store_dir:={tmp_path / 'stores'}"],
+        launch_env,
+        tmp_path / "launch_test.log",
+    )
+
+
+@UPSTREAM_DESTROY_HANG
+def test_ctrl_c_stops_launch_and_every_node_with_exit_code_0(
+    launch_env: dict[str, str], tmp_path: Path
+) -> None:
+    port = available_port("127.0.0.1", 0)
+    arguments = [
+        "fleet_idempotency",
+        "fleet.launch.py",
+        f"store_dir:={tmp_path / 'stores'}",
+        f"http_port:={port}",
+        "speed:=20",
+    ]
+    with Ros2Launch(arguments, launch_env, tmp_path / "launch.log") as launch:
+        launch.wait_until(lambda text: fleet_up(text, ROBOTS), 180, "every node up")
+        launch.interrupt()  # one Ctrl-C: the terminal's SIGINT to the process group
+        outcome = launch.wait(timeout_s=60)
+    output = launch.output()
+    assert outcome.returncode == 0, output
+    assert len(outcome.exits) == ROBOTS + 3, output  # agents, world, orchestrator, HTTP
+    assert outcome.clean, f"{outcome.summary()}:\n" + "\n".join(outcome.problems) + output
+
+
+@pytest.mark.skipif(
+    shutil.which("gz") is not None, reason="Gazebo is installed: test_gazebo_sim.py runs it"
+)
+def test_gazebo_fleet_without_gazebo_says_so_once_and_exits_1(
+    launch_env: dict[str, str], tmp_path: Path
+) -> None:
+    ros2 = ros2_executable()
+    assert ros2 is not None
+    store = tmp_path / "stores"
+    result = subprocess.run(
+        [ros2, "launch", "fleet_idempotency", "gazebo_fleet.launch.py", f"store_dir:={store}"],
+        env=launch_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    errors = [line for line in output.splitlines() if "[ERROR]" in line]
+    assert len(errors) == 1, output
+    assert "ros_gz_sim" in errors[0], output
+    assert not PROBLEM.search(output), output

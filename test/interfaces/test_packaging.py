@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 import venv
 import zipfile
@@ -12,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from support.colcon_workspace import ColconWorkspace, copy_sources, run_checked
 from support.paths import REPO
 
 PROBE = """
@@ -31,49 +30,20 @@ context.try_shutdown()
 """
 
 
-def copy_sources(destination: Path) -> None:
-    """Copy what a clone of the repository holds (tracked and new files, not ignored ones)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()
-    for relative in listed:
-        source = REPO / relative
-        if source.is_file():
-            target = destination / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
-
-
 # A CMake build and a pip install of ~130 wheels: 2-3 min alone, and past the suite's
 # 300 s hang guard when two suites share the 2 cores (it timed out so in both).
 BUILD_TIMEOUT = pytest.mark.timeout(900)
 
 
-def run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(argv, check=False, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
-    assert result.returncode == 0, (
-        f"{argv} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    )
-    return result
+run = run_checked
 
 
 @BUILD_TIMEOUT
 def test_colcon_build_installs_interfaces_and_console_scripts(
-    tmp_path: Path, ros_domain: int
+    colcon_workspace: ColconWorkspace, tmp_path: Path, ros_domain: int
 ) -> None:
-    colcon = Path(sys.prefix) / "bin" / "colcon"
-    if not colcon.exists():
-        pytest.skip("colcon is not installed (scripts/setup.sh --test installs it)")
-    package = tmp_path / "ws" / "src" / "fleet_idempotency"
-    copy_sources(package)
-    workspace = package.parents[1]
-    run([str(colcon), "build", "--event-handlers", "console_direct-"], cwd=workspace)
-
-    scripts = workspace / "install" / "fleet_idempotency" / "lib" / "fleet_idempotency"
+    workspace = colcon_workspace.root
+    scripts = colcon_workspace.scripts
     assert (scripts / "fleet-idem-store").is_file(), (
         "console scripts must land where ros2 run looks"
     )
