@@ -145,6 +145,8 @@ class AgentDriver(Node):
         self._drop_probability = float(p["result_drop_probability"])
         self._rng = random.Random(p["seed"] or None)
         self._process_work = shared
+        self._said_ready = False
+        self._started_line = ""  # set once the agent is built: see _report_ready
         # Everything that can refuse to start is checked before the backend opens anything.
         self._keyring = self._open_keyring(p["auth_keyring"])
         backend = self._make_backend(p, shared)
@@ -229,15 +231,31 @@ class AgentDriver(Node):
         if not qos_event_handlers:
             drop_default_event_handlers(self)
         self._publish_status()
-        readiness = backend.readiness()
-        self.get_logger().info(
-            f"{p['robot_type']} {self.robot_id} started with backend {p['backend']!r}"
-            + ("" if readiness.ready else f" (waiting for {readiness.waiting_for})")
-            + f": store {self.store.config.path}, capacity {p['capacity']}, recovered "
+        self._started_line = (
+            f"{p['robot_type']} {self.robot_id}: store {self.store.config.path}, backend "
+            f"{p['backend']!r}, capacity {p['capacity']}, recovered "
             f"{len(self.store.last_recovery.resumed)} resumed / "
             f"{len(self.store.last_recovery.interrupted)} interrupted / "
             f"{len(self.store.last_recovery.reconciling)} to reconcile"
         )
+        readiness = backend.readiness()
+        if not readiness.ready:
+            self.get_logger().info(
+                f"{self._started_line}; waiting for {readiness.waiting_for} before taking "
+                "commands (CheckKey is served meanwhile)"
+            )
+        self._report_ready()
+
+    def _report_ready(self) -> None:
+        """Say once that the robot takes commands (tools and tests wait for this line)."""
+        if self._said_ready or not self._started_line or not self.core.backend.readiness().ready:
+            return
+        self._said_ready = True
+        self.get_logger().info(self._started_line.replace(": store ", " ready: store ", 1))
+
+    def _backend_ready_changed(self) -> None:
+        self._load_changed(force=True)
+        self._report_ready()
 
     def _declare_parameters(self) -> dict[str, Any]:
         defaults: dict[str, Any] = {
@@ -338,7 +356,7 @@ class AgentDriver(Node):
             start_pose=Pose(x=p["start_x"], y=p["start_y"], theta=p["start_theta"]),
             node=self,
             shared=shared.resources,
-            on_ready_change=lambda: self._load_changed(force=True),
+            on_ready_change=self._backend_ready_changed,
         )
         return make_backend(name, values, context)
 

@@ -18,11 +18,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from fleet_idempotency.bringup.launch_run import PROBLEM, Ros2Launch, fleet_up, ros2_executable
+from fleet_idempotency.bringup.plan import RESPAWN_DELAY_S
 from fleet_idempotency.http.ports import available_port
 
 CHECKS = Path(__file__).resolve().parent / "launch_checks"
@@ -96,9 +98,6 @@ def test_fleet_launch_serves_submits_respawns_and_stops_cleanly(
     )
 
 
-@pytest.mark.xfail(
-    reason="needs issue 27: agent waits for its backend instead of aborting", strict=False
-)
 def test_robot_launch_alone_waits_for_world_and_orchestrator(
     launch_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -156,3 +155,30 @@ def test_gazebo_fleet_without_gazebo_says_so_once_and_exits_1(
     assert len(errors) == 1, output
     assert "ros_gz_sim" in errors[0], output
     assert not PROBLEM.search(output), output
+
+
+def test_a_node_that_cannot_start_is_not_respawned(
+    launch_env: dict[str, str], tmp_path: Path
+) -> None:
+    """robot.launch.py whose store cannot be created: the agent says so once and exits 1,
+    and launch does not respawn it (a respawn would fail the same way, for ever)."""
+    blocker = tmp_path / "not_a_directory"
+    blocker.write_text("a file where the store's directory should be")
+    arguments = [
+        "fleet_idempotency",
+        "robot.launch.py",
+        "robot_id:=forklift_1",
+        f"store_dir:={blocker}",
+    ]
+    with Ros2Launch(arguments, launch_env, tmp_path / "launch.log") as launch:
+        launch.wait_until(lambda text: "not respawned" in text, 120, "the agent given up")
+        # Showing that something does not happen takes a window: twice launch's respawn
+        # delay, by the end of which a respawn would have started.
+        time.sleep(2 * RESPAWN_DELAY_S)
+        launch.interrupt()
+        outcome = launch.wait(timeout_s=60)
+    output = launch.output()
+    assert output.count("process started with pid") == 1, output
+    assert output.count("agent_driver: cannot start:") == 1, output
+    assert "exit code 1" in output and "Traceback" not in output, output
+    assert outcome.returncode == 0, output

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.launch_run import problem_lines
 from fleet_idempotency.bringup.plan import launch_plan
 from fleet_idempotency.bringup.processes import executable
+from fleet_idempotency.description.fleet import load_fleet
 from fleet_idempotency.http.ports import available_port
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 

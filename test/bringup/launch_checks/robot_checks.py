@@ -28,10 +28,10 @@ from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration
 
-from fleet_idempotency.bringup.fleet_config import load_fleet
 from fleet_idempotency.bringup.plan import launch_plan
 from fleet_idempotency.bringup.processes import executable
-from fleet_idempotency.bringup.resources import default_fleet_file
+from fleet_idempotency.description.fleet import load_fleet
+from fleet_idempotency.description.resources import default_fleet_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # launch_test loads us by path
 from fleet_probe import FleetProbe, child_pid
