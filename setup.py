@@ -228,6 +228,8 @@ setup(
         "fleet_idempotency.robot_backends": [
             "simulated = fleet_idempotency.robots.world_backends:SimulatedBackend",
             "gazebo = fleet_idempotency.robots.world_backends:GazeboBackend",
+            "ros_action = fleet_idempotency.robots.ros_action.backend:RosActionBackend",
+            "nav2 = fleet_idempotency.robots.ros_action.nav2:Nav2Backend",
         ],
     },
 )

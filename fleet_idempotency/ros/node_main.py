@@ -30,7 +30,7 @@ from fleet_idempotency.events import EventLogError
 from fleet_idempotency.protocol import EXIT_STARTUP_ERROR
 from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
 from fleet_idempotency.ros.side_thread import serve_events
-from fleet_idempotency.ros.stop_signals import shut_down_on_stop_signals
+from fleet_idempotency.ros.stop_signals import run_before_stop, shut_down_on_stop_signals
 from fleet_idempotency.store import StoreError
 
 # Errors a user can fix (a bad fleet file, a store from elsewhere, an unusable backend,
@@ -69,6 +69,12 @@ def spin_events(nodes: Sequence[Node], between_events: Callable[[], float] | Non
         executor.shutdown(timeout_sec=1.0)
 
 
+def _stop() -> None:
+    """A stop signal: last words over DDS (``before_stop``), then the context goes."""
+    run_before_stop()
+    rclpy.try_shutdown()
+
+
 def run_nodes(
     name: str,
     make_nodes: Callable[[], Sequence[Node]],
@@ -81,7 +87,7 @@ def run_nodes(
     """``executor``: ``single``, ``multi`` (``threads``) or ``events`` (``spin_events``,
     which calls ``between_events``)."""
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    shut_down_on_stop_signals(rclpy.try_shutdown)
+    shut_down_on_stop_signals(_stop)
     watch_parent()
     nodes: Sequence[Node] = []
     try:
