@@ -114,12 +114,17 @@ class ExecuteCommandServer:
             deadline = time.monotonic() + CANCELING_WAIT_S
             while not goal_handle.is_cancel_requested and time.monotonic() < deadline:
                 time.sleep(0.005)
-        if outcome.ending is Ending.SUCCEEDED:
-            goal_handle.succeed()
-        elif answer.status_code == WITHDRAWN and goal_handle.is_cancel_requested:
-            goal_handle.canceled()
-        else:
-            goal_handle.abort()
+        try:
+            if outcome.ending is Ending.SUCCEEDED:
+                goal_handle.succeed()
+            elif answer.status_code == WITHDRAWN and goal_handle.is_cancel_requested:
+                goal_handle.canceled()
+            else:
+                goal_handle.abort()
+        except Exception as error:  # the context went away under a waiting goal (shutdown)
+            if self.node.context.ok():
+                raise
+            self._log.info(f"execute_command: goal not ended at shutdown ({error!r})")
         return ExecuteCommand.Result(
             state=int(answer.state),
             status_code=answer.status_code,
