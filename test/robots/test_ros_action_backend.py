@@ -72,10 +72,15 @@ class ActionServerProcess:
         self.children, self.env, self.log, self.name = children, env, log, name
         self.lives = 0
 
+    @property
+    def process_name(self) -> str:
+        """One name per server and life: ChildProcesses stops every process it knows."""
+        return f"action_server{self.name.replace('/', '_')}_{self.lives}"
+
     def start(self) -> None:
         self.lives += 1
         self.children.spawn_python(
-            f"action_server_{self.lives}",
+            self.process_name,
             [
                 str(SUPPORT / "action_server.py"),
                 "--name",
@@ -89,7 +94,7 @@ class ActionServerProcess:
         )
 
     def kill(self) -> None:
-        self.children.kill(f"action_server_{self.lives}", signal.SIGKILL)
+        self.children.kill(self.process_name, signal.SIGKILL)
 
     def events(self, key: str, event: str = "goal") -> list[dict[str, Any]]:
         if not self.log.exists():
