@@ -1,12 +1,12 @@
 """Build of the fleet_idempotency ROS 2 package (ament_python).
 
-The Python modules are an ordinary setuptools package. The .msg/.srv interfaces need
+The Python modules are an ordinary setuptools package. The .msg/.srv/.action interfaces need
 rosidl, which only runs under CMake, so ``build_py`` is extended with one step: write a
 tiny CMake project next to the build, let ``rosidl_generate_interfaces`` produce the C
 type support and the Python bindings, and fold the results into the build:
 
-* ``<pkg>/msg``, ``<pkg>/srv`` and the ``*_s__rosidl_typesupport_*.so`` extension
-  modules go beside the hand-written modules, so ``import fleet_idempotency.msg`` works;
+* ``<pkg>/msg``, ``<pkg>/srv``, ``<pkg>/action`` and the ``*_s__rosidl_typesupport_*.so``
+  extension modules go beside the hand-written modules, so ``import fleet_idempotency.msg`` works;
 * ``lib/lib<pkg>__rosidl_*.so``, ``share/`` and ``include/`` are installed as data files,
   which is where ``pip`` (venv root) and ``colcon`` (``install/<pkg>``) expect them.
 
@@ -33,8 +33,10 @@ ROOT = Path(__file__).resolve().parent
 INTERFACE_FILES = sorted(
     [p.relative_to(ROOT).as_posix() for p in (ROOT / "msg").glob("*.msg")]
     + [p.relative_to(ROOT).as_posix() for p in (ROOT / "srv").glob("*.srv")]
+    + [p.relative_to(ROOT).as_posix() for p in (ROOT / "action").glob("*.action")]
 )
-INTERFACE_DEPENDENCIES = ["builtin_interfaces"]
+# action_msgs (with unique_identifier_msgs) is what rosidl needs for .action files.
+INTERFACE_DEPENDENCIES = ["builtin_interfaces", "action_msgs"]
 
 CMAKE_PROJECT = """\
 cmake_minimum_required(VERSION 3.20)
@@ -231,6 +233,8 @@ setup(
             "simulated = fleet_idempotency.robots.world_backends:SimulatedBackend",
             "gazebo = fleet_idempotency.robots.world_backends:GazeboBackend",
             "vda5050 = fleet_idempotency.robots.vda5050.backend:Vda5050Backend",
+            "ros_action = fleet_idempotency.robots.ros_action.backend:RosActionBackend",
+            "nav2 = fleet_idempotency.robots.ros_action.nav2:Nav2Backend",
         ],
     },
 )

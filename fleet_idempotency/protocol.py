@@ -31,6 +31,10 @@ BUSY = 429
 INTERNAL = 500
 UNAVAILABLE = 503
 STORE_FULL = 507
+# A command withdrawn by its client before it was sent to its robot (an ExecuteCommand
+# goal canceled in time): nothing ran, the key was released. nginx's "client closed
+# request"; no HTTP request ends with it (the HTTP API has no cancel).
+WITHDRAWN = 499
 # How a node process says "I cannot start, and waiting will not help" (a bad parameter,
 # an unreadable store, an unknown backend), after one clear line on stderr: supervisors
 # do not restart it, since it would fail the same way again.

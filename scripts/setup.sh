@@ -107,7 +107,7 @@ fi
 
 # --- the package -----------------------------------------------------------------------
 # Hash what the build reads, so a re-run with nothing changed costs a second.
-package_hash=$(cd "$repo" && find setup.py setup.cfg package.xml resource msg srv launch config fleet_idempotency \
+package_hash=$(cd "$repo" && find setup.py setup.cfg package.xml resource msg srv action launch config fleet_idempotency \
     -type f ! -path '*/__pycache__/*' -print0 2>/dev/null | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 if stamp_matches package "$package_hash" && "$venv/bin/python" -c 'import fleet_idempotency.msg' 2>/dev/null; then
     say "fleet_idempotency up to date"
@@ -118,7 +118,7 @@ else
     rm -rf "$repo/build/lib"*
     (cd "$repo" && run_logged "building the package" \
         "${pip[@]}" install --no-build-isolation --no-deps --force-reinstall .)
-    (cd /tmp && "$venv/bin/python" -c 'import fleet_idempotency.msg, fleet_idempotency.srv') \
+    (cd /tmp && "$venv/bin/python" -c 'import fleet_idempotency.msg, fleet_idempotency.srv, fleet_idempotency.action') \
         || die "the package built but its interfaces do not import"
     write_stamp package "$package_hash"
 fi

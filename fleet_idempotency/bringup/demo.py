@@ -59,7 +59,7 @@ from fleet_idempotency.orchestrator.core import robot_key
 from fleet_idempotency.orchestrator.journal import needless_sends
 from fleet_idempotency.orchestrator.postgres_leases import PostgresLeaseTable
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
-from fleet_idempotency.ros.fleet_client import FleetClient, NoAnswer
+from fleet_idempotency.ros.fleet_client import FleetClient, NoAnswer, Submitted
 from fleet_idempotency.sim.mission import MissionPlanner, PlannedCommand
 from fleet_idempotency.store import State
 from fleet_idempotency.store.urls import redacted_url
@@ -97,6 +97,9 @@ class DemoOptions:
     http: bool = True  # start the HTTP API beside the orchestrator, and print its URL
     http_port: int | None = None
     http_clients: int = 2  # the clients of the last N robots submit over HTTP instead of ROS
+    # The clients of the first N robots send ExecuteCommand goals (the action) instead of
+    # SubmitCommand calls; the rest of the ROS clients call the service.
+    action_clients: int = 2
     # Orchestrator replicas sharing a PostgreSQL database: ``store_url``, or (None) a
     # throwaway local server the demo starts and removes.
     replicas: int = 1
@@ -132,6 +135,8 @@ class Demo:
         self._http: dict[str, HttpFleetClient] = {}
         self._broker: LocalMosquitto | None = None
         self._dropper: OrderDropper | None = None
+        self._over_action: set[str] = set()
+        self._goals = 0
 
     # --- set-up -------------------------------------------------------------------------
     def _effective_fleet(self) -> tuple[FleetConfig, Path]:
@@ -280,13 +285,7 @@ class Demo:
             figures=self.figures,
             resends_expected=self.options.faults and self.options.drop_results > 0,
         )
-        if self._http:
-            calls = sum(http.calls for http in self._http.values())
-            retried = sum(http.retried_503 for http in self._http.values())
-            self.out(
-                f"HTTP clients        {', '.join(self._http)}: {calls} calls, {retried} answered "
-                "503 (orchestrator down) and retried with the same key"
-            )
+        self._report_clients()
         self.out(render(self.figures, invariants, world))
         crashed = {n: c for n, c in exit_codes.items() if c not in (0, None)}
         if crashed:
@@ -310,6 +309,20 @@ class Demo:
             f"{', '.join(r.id for r in vda5050_robots(fleet))}, a simulated vehicle each"
         )
 
+    def _report_clients(self) -> None:
+        if self._http:
+            calls = sum(http.calls for http in self._http.values())
+            retried = sum(http.retried_503 for http in self._http.values())
+            self.out(
+                f"HTTP clients        {', '.join(self._http)}: {calls} calls, {retried} answered "
+                "503 (orchestrator down) and retried with the same key"
+            )
+        if self._over_action:
+            self.out(
+                f"action clients      {', '.join(sorted(self._over_action))}: {self._goals} "
+                "ExecuteCommand goals (a re-sent goal has a new UUID and the same key)"
+            )
+
     def _restarted(self, restart: Restart) -> None:
         with self._lock:
             self.figures.restarts[restart.name] += 1
@@ -326,6 +339,15 @@ class Demo:
         self._http = {robot_id: HttpFleetClient(url, self._api_key) for robot_id in robots}
         next(iter(self._http.values())).wait_ready()
         self.out(f"clients of {', '.join(robots)} submit over HTTP, the others over ROS")
+
+    def _choose_action_clients(self, fleet: FleetConfig) -> None:
+        over_ros = [robot.id for robot in fleet.robots if robot.id not in self._http]
+        self._over_action = set(over_ros[: self.options.action_clients])
+        if self._over_action:
+            self.out(
+                f"clients of {', '.join(sorted(self._over_action))} send ExecuteCommand goals "
+                "(the action), the other ROS clients call SubmitCommand"
+            )
 
     def _watch(self, client: FleetClient, fleet: FleetConfig) -> None:
         def on_result(result: Any) -> None:
@@ -372,6 +394,7 @@ class Demo:
         fleet: FleetConfig,
         processes: FleetProcesses,
     ) -> None:
+        self._choose_action_clients(fleet)
         planner_lock = threading.Lock()
 
         def next_command(robot_id: str) -> PlannedCommand | None:
@@ -512,6 +535,8 @@ class Demo:
                     command.payload,
                     wait_timeout_s=self.options.wait_timeout_s,
                 )
+            elif command.robot_id in self._over_action:
+                submitted = self._execute(client, command)
             else:
                 submitted = client.submit(
                     CLIENT_ID,
@@ -526,8 +551,10 @@ class Demo:
                 self.figures.submit_calls += submitted.calls
                 self.figures.client_resubmits += submitted.calls - 1
                 self.figures.answer_codes[response.status_code] += 1
-            if response.status_code in (202, 409):
-                continue  # not final within the wait: ask again with the same key
+            if response.status_code in (202, 409, 503):
+                # Not final within the wait (or the orchestrator went away under a goal):
+                # ask again with the same key.
+                continue
             if response.status_code == 429:
                 self._stop.wait(0.2)
                 continue
@@ -535,6 +562,16 @@ class Demo:
                 self.figures.latencies_s.append(time.monotonic() - started)
                 self.figures.final_states[State(response.state).name] += 1
             return response
+
+    def _execute(self, client: FleetClient, command: PlannedCommand) -> Submitted:
+        """The command as an ExecuteCommand goal, followed to its end: answered like a
+        submit (the result has SubmitCommand's fields)."""
+        executed = client.execute(
+            CLIENT_ID, command.key, command.robot_id, command.command_type, command.payload
+        )
+        with self._lock:
+            self._goals += executed.goals
+        return Submitted(executed.result, executed.goals, executed.seconds)
 
 
 def _world_state(client: FleetClient, processes: FleetProcesses) -> dict[str, Any]:

@@ -35,6 +35,8 @@ STATE_NAMES = {
 }
 FINAL_STATES = (3, 4, 5)
 FAILED, INTERRUPTED, REJECTED = 4, 5, 6
+# ExecuteCommand.Result.CODE_WITHDRAWN (protocol.WITHDRAWN).
+WITHDRAWN = 499
 
 # The orchestrator names the offending field first ("payload_json.slot: ..."); HTTP
 # callers know these fields by their names in the HTTP request.
@@ -172,6 +174,9 @@ def problem_for_refusal(reply: SubmitReply, *, location: str, retry_after_s: int
             # Refused by the robot itself (an unknown waypoint, an out-of-reach slot).
             return Problem(400, "command-refused", message)
         return Problem(400, "invalid-request", message, field=named)
+    if code == WITHDRAWN:
+        # Waited on a key whose ExecuteCommand goal was canceled before dispatch.
+        return Problem(409, "command-withdrawn", message)
     return Problem(502, "bad-gateway", f"unexpected answer {code}: {message}")
 
 

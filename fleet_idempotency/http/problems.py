@@ -65,6 +65,11 @@ PROBLEM_TYPES: dict[str, tuple[str, str]] = {
         "Command refused by the robot",
         "The robot refused before acting and the key was released: fix and resend.",
     ),
+    "command-withdrawn": (
+        "Command withdrawn by its client",
+        "An ExecuteCommand goal of this key was canceled before the command was sent; "
+        "nothing ran and the key was released: resend to run it.",
+    ),
     "command-failed": (
         "Command failed after execution began",
         "Final and cached: it will not be re-run. Reconcile with the status endpoint.",

@@ -42,6 +42,7 @@ from fleet_idempotency.protocol import (
     RETRY_LATER,
     STORE_FULL,
     UNAVAILABLE,
+    WITHDRAWN,
     Answer,
     Delivery,
     KeyStatus,
@@ -90,7 +91,15 @@ MAX_BOOT_ID_LENGTH = 64
 # Retry counts kept for duplicate_suppressed events: the most recently retried keys.
 DUPLICATE_COUNTS_KEPT = 10_000
 
-__all__ = ["OrchestratorCore", "OrchestratorSettings", "SubmitAnswer", "SubmitRequest", "robot_key"]
+__all__ = [
+    "OrchestratorCore",
+    "OrchestratorSettings",
+    "Progress",
+    "SubmitAnswer",
+    "SubmitRequest",
+    "Withdrawal",
+    "robot_key",
+]
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,23 @@ class SubmitAnswer:
     @property
     def is_final(self) -> bool:
         return self.state in FINAL_STATES
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a command the orchestrator holds stands now (before its final result)."""
+
+    state: State  # ACCEPTED (queued here) or IN_PROGRESS (sent to its robot)
+    status_code: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Withdrawal:
+    """The outcome of a client's request to withdraw a command (an action's cancel)."""
+
+    withdrawn: bool
+    message: str
 
 
 class OrchestratorCore:
@@ -452,6 +478,77 @@ class OrchestratorCore:
             discriminator=uuid.uuid4().hex,
         )
 
+    def progress(self, client_id: str, key: str) -> Progress | None:
+        """The command's progress if this orchestrator holds it in flight (None: it does
+        not, e.g. final, released, or another replica's robot)."""
+        with self._lock:
+            command = self._by_client_key.get((client_id, key))
+            if command is None:
+                return None
+            if command.dispatched:
+                return Progress(
+                    State.IN_PROGRESS,
+                    CONFLICT,
+                    f"sent to {command.robot_id} (attempt {command.attempt})",
+                )
+            if command.attempt > 0:
+                return Progress(
+                    State.ACCEPTED, ACCEPTED, f"queued again: {command.robot_id} asked to wait"
+                )
+            return Progress(State.ACCEPTED, ACCEPTED, "queued at the orchestrator")
+
+    def withdraw(self, client_id: str, key: str) -> Withdrawal:
+        """Withdraw a command its client no longer wants, if it was never sent to its robot:
+        taken out of the queue, the key released (a later submit may run it), the refusal
+        noted for waiting submits and the status check. A command already sent (even once,
+        even refused since with a 503: that send may still reach the robot) is not
+        withdrawn; it runs to its end, and the message says why."""
+        client_key = (client_id, key)
+        with self._lock:
+            command = self._by_client_key.get(client_key)
+            if command is None or not self._dispatcher.withdraw_unsent(command):
+                return Withdrawal(False, self._why_not_withdrawn(command, client_id, key))
+            self._by_client_key.pop(client_key, None)
+            message = (
+                f"withdrawn by its client before it was sent to {command.robot_id}; "
+                "nothing ran and the key was released"
+            )
+            self._rejections[client_key] = (WITHDRAWN, message)
+        try:
+            self.store.release(client_id, key)
+        except (NotClaimed, UnknownKey):
+            pass
+        except StoreError as error:
+            # Still claimed: put it back in its queue, as it was never withdrawn.
+            with self._lock:
+                self._rejections.pop(client_key, None)
+                self._take(command)
+            return Withdrawal(
+                False, f"the key store cannot release it now ({error}); it stays queued"
+            )
+        self.counters["withdrawn"] += 1
+        detail = {"status_code": WITHDRAWN, "message": message, "withdrawn": True}
+        self._journal.emit(
+            [self._journal.event(EventType.REJECTED, command, detail, discriminator="withdrawn")]
+        )
+        return Withdrawal(True, message)
+
+    def _why_not_withdrawn(self, command: PendingCommand | None, client_id: str, key: str) -> str:
+        if command is not None:
+            return (
+                f"not withdrawn: already sent to {command.robot_id} (attempt "
+                f"{command.attempt}), so it may be running; it runs to its final result"
+            )
+        try:
+            found = self.store.check(client_id, key)
+        except (InvalidRequest, StoreError) as error:
+            return f"not withdrawn: {error}"
+        if isinstance(found, Record) and found.state.is_final:
+            return f"not withdrawn: it already ended {found.state.name}"
+        if isinstance(found, Record):
+            return "not withdrawn: this orchestrator does not dispatch it (another replica may)"
+        return "not withdrawn: no command under this key"
+
     def final_answer(self, client_id: str, key: str, timeout_s: float) -> SubmitAnswer | None:
         """Wait up to ``timeout_s`` for a final result (or a robot's refusal)."""
         record = self.store.wait_for_final(client_id, key, timeout_s)
@@ -700,6 +797,10 @@ class OrchestratorCore:
         if found is None:
             with self._lock:
                 rejection = self._rejections.get((client_id, key))
+            if rejection is not None and rejection[0] == WITHDRAWN:
+                return KeyStatus(
+                    found=False, state=State.REJECTED, status_code=WITHDRAWN, message=rejection[1]
+                ), None
             if rejection is not None:
                 return KeyStatus(
                     found=False,

@@ -279,6 +279,19 @@ class Dispatcher:
             self.lanes[command.robot_id].queue.append(command)
             self._dirty.add(command.robot_id)
 
+    def withdraw_unsent(self, command: PendingCommand) -> bool:
+        """Take ``command`` out of its robot's queue if it was never sent (a send, even one
+        the robot refused with 503, may still be on its way to the robot). True if so."""
+        with self._lock:
+            lane = self.lanes[command.robot_id]
+            if command.attempt > 0 or command.dispatched:
+                return False
+            for index, queued in enumerate(lane.queue):
+                if queued is command:
+                    del lane.queue[index]
+                    return True
+            return False
+
     def restore_in_flight(self, command: PendingCommand) -> None:
         """A command sent before a crash: in flight, re-sent as soon as its robot is heard."""
         with self._lock:

@@ -1,8 +1,9 @@
 """Orchestrator node: the fleet's Unified Control API.
 
-Services: ``/fleet/submit_command`` (SubmitCommand), ``/fleet/check_key`` (CheckKey); a
-replica serves them under its own ``api_namespace`` (see replica.py), beside its
-``<api_namespace>/boot`` (OrchestratorBoot, out, transient-local).
+Services: ``/fleet/submit_command`` (SubmitCommand), ``/fleet/check_key`` (CheckKey); action
+``/fleet/execute_command`` (ExecuteCommand, action_server.py); a replica serves them under
+its own ``api_namespace`` (see replica.py), beside its ``<api_namespace>/boot``
+(OrchestratorBoot, out, transient-local).
 Topics: ``/fleet/event_batches`` (FleetEventBatch, out; ``/fleet/events``, FleetEvent, the
 same one by one while anyone subscribes there), ``/fleet/results`` (CommandResult, in),
 ``/fleet/<robot_id>/commands`` (FleetCommand, out), ``/fleet/<robot_id>/status``
@@ -34,6 +35,7 @@ from fleet_idempotency.msg import (
     OrchestratorBoot,
     RobotStatus,
 )
+from fleet_idempotency.orchestrator.action_server import ExecuteCommandServer
 from fleet_idempotency.orchestrator.core import (
     OrchestratorCore,
     OrchestratorSettings,
@@ -196,6 +198,14 @@ class Orchestrator(Node):
         )
         self._dispatch.start()
         self._links.listen_to_results(guard.topic("results", self._on_result))
+        # The same API as an action, on a side node of its own (action_server.py).
+        self._actions = ExecuteCommandServer(
+            self.context,
+            self.core,
+            name=f"{p['api_namespace']}/execute_command",
+            kick=self._dispatch.kick,
+            logger=self.get_logger(),
+        )
         timers = MutuallyExclusiveCallbackGroup()
         self.create_timer(
             p["gc_period_s"], guard.timer("gc", self._collect_garbage), callback_group=timers
@@ -230,7 +240,7 @@ class Orchestrator(Node):
         self.get_logger().info(
             f"orchestrating {len(fleet.robots)} robots; {where}; "
             f"restored {self.core.counters['restored']} in-flight commands; "
-            f"API at {p['api_namespace']}/submit_command"
+            f"API at {p['api_namespace']}/submit_command and {p['api_namespace']}/execute_command"
         )
 
     def _follow_log(self) -> None:
@@ -424,6 +434,7 @@ class Orchestrator(Node):
         self.store.gc(max_batches=4)
 
     def shutdown(self) -> None:
+        self._actions.close()
         if self._leases is not None:
             self._leases.close()
         self._dispatch.stop()

@@ -2,6 +2,9 @@
 
 Calls are retried with the *same* idempotency key whenever no answer arrives in time
 (the orchestrator restarting, a lost reply): that is the retry this package makes safe.
+The ExecuteCommand action (``execute``) is retried the same way: a goal that is not
+accepted in time, or whose orchestrator was replaced, is sent again under a new goal UUID
+and the same key, and attaches to the same command.
 Thread-safe: many worker threads may submit at once; one executor thread spins.
 """
 
@@ -16,9 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import rclpy
+from rclpy.action import ActionClient
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 
+from fleet_idempotency.action import ExecuteCommand
 from fleet_idempotency.msg import (
     CommandResult,
     FleetEvent,
@@ -63,6 +68,17 @@ class Submitted:
     seconds: float
 
 
+@dataclass(frozen=True)
+class Executed:
+    """The result of an ExecuteCommand goal, and how it was reached."""
+
+    result: ExecuteCommand.Result
+    status: int  # the goal's status (action_msgs/GoalStatus: 4 SUCCEEDED, 5 CANCELED, 6 ABORTED)
+    goals: int  # how many goals were sent for the key (1 + re-sends under new UUIDs)
+    seconds: float
+    feedback: list[ExecuteCommand.Feedback]
+
+
 class FleetClient:
     def __init__(
         self,
@@ -92,12 +108,27 @@ class FleetClient:
         self._world = self.node.create_client(
             GetWorldState, "/world/state", qos_profile=SERVICE_QOS
         )
+        self._actions = [
+            ActionClient(
+                self.node,
+                ExecuteCommand,
+                f"{namespace}/execute_command",
+                goal_service_qos_profile=SERVICE_QOS,
+                result_service_qos_profile=SERVICE_QOS,
+                cancel_service_qos_profile=SERVICE_QOS,
+                feedback_sub_qos_profile=RELIABLE_TOPIC_QOS,
+            )
+            for namespace in namespaces
+        ]
         # Which orchestrator process serves each namespace (OrchestratorBoot.msg): a
         # request sent to one that has since been replaced is re-sent at once.
         self._boots = OrchestratorBoots()
         self._namespace_of: dict[int, str] = {}
-        for namespace, submit, check in zip(namespaces, self._submit, self._check, strict=True):
+        for namespace, submit, check, action in zip(
+            namespaces, self._submit, self._check, self._actions, strict=True
+        ):
             self._namespace_of[id(submit)] = self._namespace_of[id(check)] = namespace
+            self._namespace_of[id(action)] = namespace
             self.node.create_subscription(
                 OrchestratorBoot,
                 f"{namespace}/boot",
@@ -268,6 +299,103 @@ class FleetClient:
             self._submit, request, patience_s=wait_timeout_s + patience_s, deadline_s=deadline_s
         )
         return Submitted(response, calls, time.monotonic() - started)
+
+    def execute(
+        self,
+        client_id: str,
+        key: str,
+        robot_id: str,
+        command_type: str,
+        payload: dict[str, Any] | str,
+        *,
+        patience_s: float = 5.0,
+        deadline_s: float = 120.0,
+        on_feedback: Callable[[Any], None] | None = None,
+    ) -> Executed:
+        """Send an ExecuteCommand goal and wait for its result. Deduplication is by key,
+        not by goal UUID: a goal not accepted within ``patience_s``, or sent to an
+        orchestrator process that has since been replaced, is sent again (to the next
+        namespace, under a new UUID) with the same key, and attaches to the same command.
+        An accepted goal is waited for as long as its orchestrator lives (commands take
+        their time), up to ``deadline_s`` in all."""
+        goal = ExecuteCommand.Goal(
+            client_id=client_id,
+            idempotency_key=key,
+            robot_id=robot_id,
+            command_type=command_type,
+            payload_json=payload if isinstance(payload, str) else json.dumps(payload),
+        )
+        started = time.monotonic()
+        give_up = started + deadline_s
+        feedback: list[Any] = []
+
+        def on_message(message: Any) -> None:
+            feedback.append(message.feedback)
+            if on_feedback is not None:
+                on_feedback(message.feedback)
+
+        wake = threading.Event()
+        goals = turn = 0
+        with self._boots.waking(wake.set):
+            while time.monotonic() < give_up:
+                action = self._actions[turn % len(self._actions)]
+                turn += 1
+                if not action.server_is_ready():
+                    wake.wait(min(0.1, max(0.0, give_up - time.monotonic())))
+                    wake.clear()
+                    continue
+                replacements = self._replacements_of(action)
+                goals += 1
+                accepted = self._on_spin_thread(
+                    functools.partial(action.send_goal_async, goal, feedback_callback=on_message)
+                )
+                handle = self._await(
+                    accepted, wake, action, replacements, patience_s=patience_s, give_up=give_up
+                )
+                if handle is None or not handle.accepted:
+                    continue  # no accept in time, or its orchestrator went: a new goal
+                result = self._on_spin_thread(handle.get_result_async)
+                response = self._await(
+                    result, wake, action, replacements, patience_s=None, give_up=give_up
+                )
+                if response is None:
+                    continue
+                return Executed(
+                    response.result, response.status, goals, time.monotonic() - started, feedback
+                )
+        raise NoAnswer(f"no result for {client_id}/{key} after {deadline_s:.0f} s ({goals} goals)")
+
+    def _on_spin_thread(self, call: Callable[[], Any]) -> Any:
+        """``call()`` run by the executor's thread, its return value: rclpy's ActionClient
+        is not thread-safe (a response taken before the request's future is registered
+        is dropped as unexpected), so its requests are made where its responses are taken."""
+        task = self._executor.create_task(call)
+        done = threading.Event()
+        task.add_done_callback(lambda _task: done.set())
+        if not done.wait(10.0):
+            raise NoAnswer("the client's executor thread did not run the request")
+        return task.result()
+
+    def _await(
+        self,
+        future: Any,
+        wake: threading.Event,
+        action: Any,
+        replacements: int,
+        *,
+        patience_s: float | None,
+        give_up: float,
+    ) -> Any:
+        """The future's result; None after ``patience_s`` (None: no limit), when the
+        orchestrator that had the request was replaced, or at ``give_up``."""
+        future.add_done_callback(lambda _f: wake.set())
+        until = give_up if patience_s is None else min(give_up, time.monotonic() + patience_s)
+        while not future.done():
+            if self._replacements_of(action) > replacements or time.monotonic() >= until:
+                return None
+            wake.wait(max(0.0, until - time.monotonic()))
+            wake.clear()
+        return future.result()
 
     def check(self, client_id: str, key: str, *, deadline_s: float = 30.0) -> Any:
         request = CheckKey.Request(client_id=client_id, idempotency_key=key)

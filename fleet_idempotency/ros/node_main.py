@@ -33,6 +33,7 @@ from fleet_idempotency.protocol import EXIT_STARTUP_ERROR
 from fleet_idempotency.ros import stop_signals
 from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
 from fleet_idempotency.ros.side_thread import join_serving_threads, serve_events
+from fleet_idempotency.ros.stop_signals import run_before_stop
 from fleet_idempotency.store import StoreError
 
 # Errors a user can fix (a bad fleet file, a store from elsewhere, an unusable backend,
@@ -76,6 +77,12 @@ def spin_events(nodes: Sequence[Node], between_events: Callable[[], float] | Non
         executor.shutdown(timeout_sec=1.0)
 
 
+def _stop() -> None:
+    """A stop signal: last words over DDS (``before_stop``), then the context goes."""
+    run_before_stop()
+    rclpy.try_shutdown()
+
+
 def run_nodes(
     name: str,
     make_nodes: Callable[[], Sequence[Node]],
@@ -94,7 +101,7 @@ def run_nodes(
     # Made while no stop can have shut the context down yet: an executor made on a
     # shut-down context fails half-built, and its __del__ prints "Exception ignored".
     spinner = None if executor == "events" else make_executor(executor, threads)
-    stops.on_stop(rclpy.try_shutdown)
+    stops.on_stop(_stop)
     watch_parent()
     nodes: Sequence[Node] = []
     try:

@@ -27,6 +27,10 @@ group, then launch's own):
   and the node's modules load (~0.5 s): a SIGINT during start-up otherwise meets Python's
   default handler (a KeyboardInterrupt traceback, exit -2). A stop that comes before the
   node is up is remembered and ends it as soon as it can act on it.
+
+``before_stop``: work that needs DDS one last time (a backend canceling its robot's
+running goal) runs on the watcher thread before the context goes; after it, nothing can
+be sent. Each such callback bounds its own wait.
 """
 
 from __future__ import annotations
@@ -34,10 +38,40 @@ from __future__ import annotations
 import atexit
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+_before_stop: dict[int, Callable[[], object]] = {}
+_before_stop_lock = threading.Lock()
+
+
+def before_stop(callback: Callable[[], object]) -> Callable[[], None]:
+    """Run ``callback`` when a stop signal arrives, before the context is shut down
+    (``run_before_stop``); returns the function that takes it back."""
+    with _before_stop_lock:
+        _before_stop[id(callback)] = callback
+
+    def remove() -> None:
+        with _before_stop_lock:
+            _before_stop.pop(id(callback), None)
+
+    return remove
+
+
+def run_before_stop() -> None:
+    """Each registered callback once, in registration order; an error is printed, never
+    raised: shutting down must go on."""
+    with _before_stop_lock:
+        callbacks = list(_before_stop.values())
+        _before_stop.clear()
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception as error:
+            print(f"stop-signals: {callback!r} failed: {error!r}", file=sys.stderr, flush=True)
 
 
 class StopSignals:

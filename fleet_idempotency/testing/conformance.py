@@ -209,10 +209,11 @@ def test_conformance_crash_mid_execute_is_interrupted_never_rerun(
     assert agent.check_key(key).state == final.state
     acted = subject.side_effects(key)
     # A retry of the same key is answered, not executed: re-running half a pick is how
-    # pallets get dropped. (Its attempt number is one no answer so far can carry: the
-    # recovered claim counts its own attempt up.)
-    agent.send(key, subject.slow, attempt=9)
-    replay = agent.answer(key, lambda r: r.attempt == 9, "the answer to the retry")
+    # pallets get dropped.
+    # An attempt no recovery uses: the store counts the restart as an attempt (2), and a
+    # reconciling backend's final answer carries it.
+    agent.send(key, subject.slow, attempt=10)
+    replay = agent.answer(key, lambda r: r.attempt == 10, "the answer to the retry")
     assert replay.replayed and replay.state == final.state, replay
     agent.spin_for(1.0)
     assert subject.side_effects(key) == acted

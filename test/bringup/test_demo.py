@@ -72,6 +72,9 @@ def test_reduced_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     # Some clients submit over the HTTP API, with the same key scope as the ROS clients.
     http_calls = re.search(r"HTTP clients +amr_3, arm_1: (\d+) calls", output)
     assert http_calls is not None and int(http_calls.group(1)) > 0, output
+    # Some over the ExecuteCommand action, with the same key scope again.
+    goals = re.search(r"action clients +forklift_1, forklift_2: (\d+) ExecuteCommand goals", output)
+    assert goals is not None and int(goals.group(1)) > 0, output
 
 
 @pytest.mark.slow

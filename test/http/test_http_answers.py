@@ -50,6 +50,19 @@ def test_a_store_that_cannot_take_the_key_is_a_problem_with_retry_after(
     assert json.loads(problem.body())["type"] == f"/problems/{slug}"
 
 
+def test_a_wait_on_a_key_withdrawn_by_an_action_cancel_is_a_409_problem() -> None:
+    with pytest.raises(Problem) as raised:
+        submit_answer(
+            answer(6, 499),
+            key="k",
+            robot_id="amr_1",
+            command_type="dock",
+            fingerprint="f",
+            retry_after_s=2,
+        )
+    assert (raised.value.status, raised.value.slug) == (409, "command-withdrawn")
+
+
 def test_final_bodies_ignore_the_per_call_message() -> None:
     fields = {
         "key": "k",

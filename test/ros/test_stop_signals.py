@@ -94,3 +94,22 @@ def test_signals_other_than_stop_signals_leave_a_node_serving(
     finally:
         executor.shutdown()
         client_node.destroy_node()
+
+
+def test_work_before_stop_runs_once_in_order_and_an_error_does_not_stop_the_rest() -> None:
+    from fleet_idempotency.ros.stop_signals import before_stop, run_before_stop
+
+    ran: list[str] = []
+
+    def failing() -> None:
+        ran.append("failing")
+        raise RuntimeError("cannot cancel")
+
+    before_stop(lambda: ran.append("first"))
+    before_stop(failing)
+    take_back = before_stop(lambda: ran.append("taken back"))
+    before_stop(lambda: ran.append("last"))
+    take_back()
+    run_before_stop()
+    run_before_stop()  # once: a second stop signal finds nothing left to do
+    assert ran == ["first", "failing", "last"]
