@@ -61,7 +61,7 @@ def backend_under_test(installed_example: Path, tmp_path: Path) -> BackendUnderT
     return BackendUnderTest(
         backend="charger",  # its entry point's name: nothing of it is imported here
         robot_type="charger",
-        params={"bays": ["D1", "D2"], "actuation_log": str(log), "charge_s": 3.0},
+        params={"bays": ["D1", "D2"], "actuation_log": str(log), "charge_s": 2.0},
         completes=CommandSpec("dock", {"dock": "D1"}),
         refused=CommandSpec("dock", {"dock": "D9"}),
         slow=CommandSpec("dock", {"dock": "D2"}),
