@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any, TypeVar
 import pytest
 
 from fleet_idempotency.bringup.processes import clean_dds_shared_memory
+from fleet_idempotency.testing.agent_under_test import ConformanceFailure, wait_until
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 20.0
@@ -30,19 +30,15 @@ def wait_for(
 ) -> T:
     """Return the first truthy value of ``condition``; fail the test after ``timeout_s``.
 
-    With an executor, callbacks are spun while waiting so that replies can arrive.
+    With an executor, callbacks are spun while waiting so that replies can arrive. The
+    loop is the conformance kit's (``testing.agent_under_test.wait_until``); a time-out
+    is a pytest failure here.
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.1f} s waiting for {what}")
-        if executor is not None:
-            executor.spin_once(timeout_sec=poll_s)
-        else:
-            time.sleep(poll_s)
+    spin = None if executor is None else (lambda s: executor.spin_once(timeout_sec=s))
+    try:
+        return wait_until(condition, what, timeout_s=timeout_s, spin=spin, poll_s=poll_s)
+    except ConformanceFailure as timed_out:
+        pytest.fail(str(timed_out))
 
 
 class ChildProcesses:

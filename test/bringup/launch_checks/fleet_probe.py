@@ -21,6 +21,7 @@ import rclpy
 from rclpy.executors import SingleThreadedExecutor
 
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
+from fleet_idempotency.testing.agent_under_test import wait_until
 
 T = TypeVar("T")
 READY_TIMEOUT_S = 120.0
@@ -68,14 +69,13 @@ class FleetProbe:
     def wait_for(
         self, condition: Callable[[], T | None], what: str, timeout_s: float = READY_TIMEOUT_S
     ) -> T:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-            self.executor.spin_once(timeout_sec=0.05)
+        return wait_until(
+            condition,
+            what,
+            timeout_s=timeout_s,
+            spin=lambda s: self.executor.spin_once(timeout_sec=s),
+            poll_s=0.05,
+        )
 
     def wait_ready(self, robots: Iterable[str], http_port: int | None = None) -> None:
         clients = [
