@@ -21,6 +21,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from fleet_idempotency.http.ports import available_port
+
 _START_TIMEOUT_S = 20.0
 _STOP_TIMEOUT_S = 10.0
 # Debian installs the broker in /usr/sbin, which an unprivileged PATH often lacks.
@@ -48,12 +50,6 @@ def mosquitto_available() -> bool:
     except MosquittoUnavailable:
         return False
     return True
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class LocalMosquitto:
@@ -88,7 +84,7 @@ class LocalMosquitto:
             self._write_password_file()
         last_error = ""
         for _attempt in range(5):
-            self.port = free_port()
+            self.port = available_port("127.0.0.1", 0)
             self._write_config()
             try:
                 self._launch()
