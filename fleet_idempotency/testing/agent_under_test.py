@@ -271,6 +271,38 @@ class AgentUnderTest:
             timeout_s=timeout_s,
         )
 
+    def final_after_restart(self, key: str, timeout_s: float = ANSWER_TIMEOUT_S) -> Any:
+        """The final outcome of a key the restarted agent recovered: its result on the
+        topic, or what CheckKey says. A new process may publish the result before this
+        subscriber has matched its publisher, and then only CheckKey (as an orchestrator
+        reconciles) or a re-send's replay can tell it."""
+        pending: list[Any] = []
+        asked_at = [0.0]
+
+        def settled() -> Any:
+            published = next(
+                (r for r in self.answers(key) if r.state in FINAL_STATES and not r.replayed),
+                None,
+            )
+            if published is not None:
+                return published
+            if pending and pending[-1].done():
+                answer = pending.pop().result()
+                if answer is not None and answer.state in FINAL_STATES:
+                    return answer
+            if not pending and time.monotonic() - asked_at[0] > 0.5:
+                asked_at[0] = time.monotonic()
+                pending.append(
+                    self._check.call_async(self._check_type.Request(idempotency_key=key))
+                )
+            return None
+
+        try:
+            return self.wait(settled, f"the final outcome of {key!r}", timeout_s=timeout_s)
+        finally:
+            for future in pending:
+                self._check.remove_pending_request(future)
+
     def check_key(self, key: str, timeout_s: float = ANSWER_TIMEOUT_S) -> Any:
         future = self._check.call_async(self._check_type.Request(idempotency_key=key))
         return self.wait(

@@ -111,7 +111,7 @@ def _final_after_restart(
 ) -> Any:
     """The key's final result after a restart: INTERRUPTED, or for a backend that
     reconciles, whatever the robot reports; never executed again either way."""
-    final = agent.final(key)
+    final = agent.final_after_restart(key)
     agent.spin_for(0.5)
     if subject.reconciles_after_crash:
         assert final.state in (COMPLETED, FAILED, INTERRUPTED), final

@@ -272,7 +272,7 @@ def test_agent_kill_9_after_send_goal_is_recovered_by_uuid_without_a_second_goal
     # The goal finishes on the robot while its agent is down.
     agent.wait(lambda: server.events(robot_key(key), "done"), "the goal to finish", 30.0)
     agent.start()
-    final = agent.final(key)
+    final = agent.final_after_restart(key)
     assert final.state == COMPLETED and final.status_code == 200, final
     body = json.loads(final.result_json)
     assert body["goal_id"] == str(goal_uuid(ROBOT, robot_key(key)))

@@ -251,7 +251,7 @@ def test_agent_crash_before_the_vehicle_took_the_order_is_reconciled_never_resen
     stand.faults(drop_orders=0)
     published = len(orders_of(stand, "crash-1"))
     agent.start()
-    final = agent.final("crash-1")
+    final = agent.final_after_restart("crash-1")
     assert final.state == INTERRUPTED, final
     agent.spin_for(1.0)
     assert len(orders_of(stand, "crash-1")) == published, "never published after the restart"
