@@ -56,6 +56,10 @@ from fleet_idempotency.ros.side_thread import side_node, spin_on_thread
 from fleet_idempotency.srv import CheckKey
 from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 
+# The periodic jobs of a process's agents run together on this grid (agent/periodic.py):
+# heartbeats then cost a few wake-ups a second, not one per agent.
+WORK_BATCH_S = 0.05
+
 
 class AgentProcessWork:
     """What the agents of one process share: their periodic jobs, run by one timer, one
@@ -65,13 +69,14 @@ class AgentProcessWork:
 
     def __init__(self, *, timer: bool = True) -> None:
         self._with_timer = timer
-        self.work = PeriodicWork()
+        self.work = PeriodicWork(batch_s=WORK_BATCH_S)
         self.diagnostics: list[StoreDiagnostics] = []
         self.timer: Any = None
         self.resources = SharedResources()
         self._users = 0
         self._delayed_acks: dict[float, DelayedAcks] = {}
         self._services: tuple[Node, SingleThreadedExecutor] | None = None
+        self.warned_unauthenticated = False
 
     def join(self) -> None:
         """One more agent of the process; ``release`` of the last closes what they share."""
@@ -206,10 +211,12 @@ class AgentDriver(Node):
                 guard.timer("auth_reload", self._reload_keyring),
                 name="auth_reload",
             )
-        else:
+        elif not shared.warned_unauthenticated:
+            # Once per process: a host of 1,000 agents said it 1,000 times.
+            shared.warned_unauthenticated = True
             self.get_logger().warning(
                 "no auth_keyring: commands are not authenticated, any DDS participant on "
-                "this domain can command this robot"
+                "this domain can command this robot (and any other of this process without one)"
             )
         shared.diagnostics.append(
             StoreDiagnostics(self, self.robot_id, self.store, self.core.counters, guard=guard)
@@ -294,19 +301,17 @@ class AgentDriver(Node):
             "auth_keyring": "",
             "auth_reload_period_s": 5.0,
         }
-        values = {
-            name: self.declare_parameter(name, default).value for name, default in defaults.items()
-        }
         # Per-command-type overrides, e.g. retention_s_by_type.pick: 3600.0 in a params file;
         # a negative retention or an empty policy means "use the default".
         for command_type in COMMAND_TYPES:
-            values[f"retention_s_by_type.{command_type}"] = self.declare_parameter(
-                f"retention_s_by_type.{command_type}", -1.0
-            ).value
-            values[f"recovery_policy_by_type.{command_type}"] = self.declare_parameter(
-                f"recovery_policy_by_type.{command_type}",
-                "resume" if command_type == "move_to_waypoint" else "",
-            ).value
+            defaults[f"retention_s_by_type.{command_type}"] = -1.0
+            defaults[f"recovery_policy_by_type.{command_type}"] = (
+                "resume" if command_type == "move_to_waypoint" else ""
+            )
+        # In one call: one /parameter_events message per agent instead of one per
+        # parameter (35 messages and 35 passes over every parameter, per hosted robot).
+        declared = self.declare_parameters("", list(defaults.items()))
+        values = {parameter.name: parameter.value for parameter in declared}
         return values
 
     def _open_keyring(self, path: str) -> WatchedKeyring[RobotKeyring] | None:

@@ -86,3 +86,33 @@ def test_an_events_loop_runs_what_is_due_and_learns_how_long_it_may_wait() -> No
     assert work.run_if_due() == pytest.approx(0.5)  # the next status, at 3.0
     assert ran == ["status", "status", "gc"]
     assert PeriodicWork(clock).run_if_due() == float("inf")  # no jobs: wait for events
+
+
+def test_jobs_added_moments_apart_run_together_on_the_batch_grid() -> None:
+    clock = Clock()
+    work = PeriodicWork(clock, batch_s=0.05)
+    ran: list[str] = []
+    for index, offset in enumerate((0.001, 0.013, 0.049)):
+        clock.now = 100.0 + offset
+        work.every(1.0, lambda index=index: ran.append(f"status_{index}"), name="status")
+    clock.now = 101.0
+    assert work.run_if_due() == pytest.approx(0.05)  # all three are due at 101.05
+    clock.now = 101.0501
+    work.run_if_due()
+    assert ran == ["status_0", "status_1", "status_2"]
+    assert work.run_if_due() == pytest.approx(1.0, abs=1e-3)  # and stay together
+
+
+def test_a_cancelled_job_never_runs_again_and_leaves_the_others_on_time() -> None:
+    clock = Clock()
+    work = PeriodicWork(clock)
+    ran: list[str] = []
+    first = work.every(0.5, lambda: ran.append("announce"), name="announce")
+    work.every(1.0, lambda: ran.append("status"), name="status")
+    first.cancel()
+    assert work.run_if_due() == pytest.approx(0.5)  # its slot is still in the schedule
+    clock.now += 0.5
+    assert work.run_if_due() == pytest.approx(0.5)
+    clock.now += 0.5
+    work.run_if_due()
+    assert ran == ["status"]
