@@ -17,20 +17,29 @@
 - with ``--scaling``, further phases of growing size: commands/s and CPU per command
   should stay flat while the stores fill; then the bare ceiling again, whose change over
   the run is the machine's drift, not the fleet's growth;
+- with several ``--robots`` sizes, one whole fleet per size in a row, then one table: per
+  size commands/s beside the bare ceiling, submit->final p50, CPU per command of the
+  orchestrator and of each agent host, start-up to every robot ready, the time a
+  restarted orchestrator takes to see every robot again (from its own event log: each
+  robot's ``robot_online``), idle CPU, memory per robot, and the DDS endpoints per robot
+  of each kind of process (from the ROS graph);
 - where the time goes: CPU seconds per command of each process during the throughput
   phase and, with ``--profile [names]``, the hottest functions of the orchestrator or of
   the named processes (py-spy) in the throughput phase and in each scaling phase, so that
   a small phase after a big one can be set against the same small phase before it.
 
     .venv/bin/python bench/bench_orchestrator.py [--latency-commands 200]
-        [--commands 3000] [--robots 50] [--window 64] [--hosts 2]
+        [--commands 3000] [--robots 50[,200,500,1000]] [--window 64] [--hosts 2]
         [--profile [orchestrator,agents_1]] [--scaling 1000,10000,100000]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import io
+import itertools
 import json
 import os
 import shutil
@@ -41,7 +50,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +63,8 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from fleet_idempotency.bringup.postgres import LocalPostgres
 from fleet_idempotency.bringup.report import percentile
+from fleet_idempotency.events import EventLogConfig, LmdbEventLog
+from fleet_idempotency.events.model import EventType
 from fleet_idempotency.msg import FleetEvent, FleetEventBatch
 from fleet_idempotency.orchestrator.core import robot_key
 from fleet_idempotency.orchestrator.journal import needless_sends
@@ -342,7 +353,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency-commands", type=int, default=200)
     parser.add_argument("--commands", type=int, default=3000, help="throughput phase size")
-    parser.add_argument("--robots", type=int, default=50)
+    parser.add_argument(
+        "--robots",
+        type=lambda text: [int(size) for size in text.split(",") if size],
+        default=[50],
+        help="fleet size, or sizes (e.g. 50,200,500,1000): one whole run each, then a table",
+    )
     parser.add_argument("--robot-capacity", type=int, default=16)
     parser.add_argument("--window", type=int, default=64, help="outstanding submits")
     parser.add_argument("--hosts", type=int, default=2, help="agent_host processes")
@@ -374,12 +390,113 @@ def main() -> None:
         help="after the rest, phases of these sizes in a row (e.g. 1000,10000,100000)",
     )
     options = parser.parse_args()
+    sizes: list[int] = options.robots
+    figures: dict[int, dict[str, str]] = {}
+    for size in sizes:
+        if len(sizes) > 1:
+            print(f"# --- robots={size} ---", flush=True)
+        with recorded(figures.setdefault(size, {})):
+            bench_size(argparse.Namespace(**{**vars(options), "robots": size}))
+    if len(sizes) > 1:
+        print_size_table(figures)
+
+
+def bench_size(options: argparse.Namespace) -> None:
     if options.postgres and not options.store_url:
         with LocalPostgres() as database:
             options.store_url = database.url
             bench_fleet(options)
     else:
         bench_fleet(options)
+
+
+class _Recorder(io.TextIOBase):
+    """Passes printed lines on, and keeps each ``name=value`` for the table."""
+
+    def __init__(self, into: dict[str, str], out: Any) -> None:
+        self._into, self._out, self._partial = into, out, ""
+
+    def write(self, text: str) -> int:
+        self._out.write(text)
+        self._out.flush()
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()
+        for line in lines:
+            name, sep, value = line.partition("=")
+            if sep and " " not in name:
+                self._into[name] = value
+        return len(text)
+
+
+@contextlib.contextmanager
+def recorded(into: dict[str, str]) -> Iterator[None]:
+    with contextlib.redirect_stdout(_Recorder(into, sys.stdout)):
+        yield
+
+
+# The table's columns: (heading, how to read it from one size's figures).
+def _agents_cpu(f: dict[str, str]) -> str:
+    hosts = [v for k, v in sorted(f.items()) if k.startswith("cpu_us_per_command_agents_")]
+    return "/".join(hosts[1:] or hosts)  # agents_0 holds the latency robot alone
+
+
+TABLE: list[tuple[str, Callable[[dict[str, str]], str]]] = [
+    ("commands/s", lambda f: f.get("throughput_commands_per_s", "?")),
+    ("bare ceiling/s", lambda f: f.get("bare_ceiling_commands_per_s", "?")),
+    ("fraction of bare", lambda f: f.get("throughput_fraction_of_bare_ceiling", "?")),
+    ("submit->final p50 ms", lambda f: f.get("submit_to_final_p50_ms", "?")),
+    ("orchestrator CPU us/cmd", lambda f: f.get("cpu_us_per_command_orchestrator", "?")),
+    ("each host's CPU us/cmd", _agents_cpu),
+    ("start-up s", lambda f: f.get("startup_s", "?")),
+    ("restarted orchestrator sees all s", lambda f: f.get("restart_sees_fleet_s", "?")),
+    (
+        "idle CPU % orchestrator/host",
+        lambda f: (
+            f"{f.get('idle_cpu_percent_orchestrator', '?')}/"
+            f"{f.get('idle_cpu_percent_agents_1', '?')}"
+        ),
+    ),
+    (
+        "memory MB orchestrator/host",
+        lambda f: f"{f.get('rss_anon_mb_orchestrator', '?')}/{f.get('rss_anon_mb_agents_1', '?')}",
+    ),
+    (
+        "DDS endpoints/robot orchestrator/agents",
+        lambda f: (
+            f"{f.get('dds_endpoints_per_robot_orchestrator', '?')}/"
+            f"{f.get('dds_endpoints_per_robot_agents', '?')}"
+        ),
+    ),
+    ("zero loss", lambda f: f.get("throughput_zero_loss", "?")),
+]
+
+
+def print_size_table(figures: dict[int, dict[str, str]]) -> None:
+    """One row per size, and each cost's ratio to the smallest size's (the goal: flat)."""
+    print("| robots | " + " | ".join(heading for heading, _ in TABLE) + " |")
+    print("|---" * (len(TABLE) + 1) + "|")
+    for size, found in figures.items():
+        print(f"| {size} | " + " | ".join(read(found) for _, read in TABLE) + " |")
+    smallest, largest = min(figures), max(figures)
+    # Memory per robot as the slope between sizes: a process's fixed heap (the
+    # interpreter, rclpy, the message types) would dominate a plain division.
+    sizes = sorted(figures)
+    for low, high in itertools.pairwise(sizes):
+        for name, robots_served in (("orchestrator", 1.0), ("agents_1", 0.5)):
+            try:
+                grown = float(figures[high][f"rss_anon_mb_{name}"]) - float(
+                    figures[low][f"rss_anon_mb_{name}"]
+                )
+            except (KeyError, ValueError):
+                continue
+            added = (high - low) * robots_served
+            print(f"rss_anon_kb_per_added_robot_{name}_{low}_to_{high}={grown * 1024 / added:.0f}")
+    for name in ("cpu_us_per_command_orchestrator", "submit_to_final_p50_ms"):
+        try:
+            ratio = float(figures[largest][name]) / float(figures[smallest][name])
+        except (KeyError, ValueError, ZeroDivisionError):
+            continue
+        print(f"{name}_{largest}_vs_{smallest}={ratio:.2f}")
 
 
 def bench_fleet(options: argparse.Namespace) -> None:
@@ -391,10 +508,12 @@ def bench_fleet(options: argparse.Namespace) -> None:
         robots = write_fleet(scratch / "fleet.yaml", options.robots, options.robot_capacity)
         logs = open(scratch / "children.log", "wb")  # noqa: SIM115
         children: dict[str, subprocess.Popen[bytes]] = {}
+        argvs: dict[str, list[str]] = {}
 
         def spawn(name: str, argv: list[str]) -> None:
             # Not the repo root as cwd: ``python -c`` would import the source tree, which
             # lacks the generated interfaces, instead of the installed package.
+            argvs[name] = argv
             children[name] = subprocess.Popen(argv, env=env, stdout=logs, stderr=logs, cwd=scratch)
 
         spawn(
@@ -449,7 +568,14 @@ def bench_fleet(options: argparse.Namespace) -> None:
         rclpy.init(context=context, domain_id=domain_id)
         try:
             bench = Bench(context)
-            run(bench, options, robots, scratch, children)
+            run(
+                bench,
+                options,
+                robots,
+                scratch,
+                children,
+                respawn=lambda name: spawn(name, argvs[name]),
+            )
         finally:
             for child in children.values():
                 child.send_signal(signal.SIGTERM)
@@ -474,6 +600,8 @@ def run(
     robots: list[str],
     scratch: Path,
     children: dict[str, subprocess.Popen[bytes]],
+    *,
+    respawn: Callable[[str], None],
 ) -> None:
     started_up = time.perf_counter()
     # Warm-up doubles as the readiness check: one completed command per robot proves the
@@ -521,11 +649,13 @@ def run(
     pids = {name: child.pid for name, child in children.items()}
     idle_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     idle_started = time.perf_counter()
-    bench.spin_until(lambda: time.perf_counter() - idle_started > 3.0, 10.0, "the idle window")
+    bench.spin_until(lambda: time.perf_counter() - idle_started > 5.0, 15.0, "the idle window")
     idle_s = time.perf_counter() - idle_started
     for name, pid in sorted(pids.items()):
         used = cpu_seconds(pid) - idle_before[name]
         print(f"idle_cpu_percent_{name}={100 * used / idle_s:.1f}")
+    print_memory_per_robot(pids, robots, options.hosts)
+    print_dds_endpoints(bench, len(robots))
 
     # --- (b) sustained throughput -------------------------------------------------------------
     count = options.commands
@@ -595,6 +725,7 @@ def run(
         print_profile(name, scratch / f"{name}.throughput.folded")
     if not zero_loss:
         raise SystemExit(f"loss: {lost} commands without a side effect, {doubled} doubled")
+    restart_orchestrator(bench, children, pids, respawn=respawn, robots=robots, scratch=scratch)
     ceiling = bare_ceiling(bench, options, targets, pids)
     print(f"throughput_fraction_of_bare_ceiling={count / elapsed / ceiling:.3f}")
     for phase, size in enumerate(options.scaling, start=1):
@@ -696,6 +827,102 @@ def scaling_phase(
     print(f"scaling_{phase}_{size}_exactly_once={all(n == 1 for n in per_command)}")
     for name in profiled:
         print_profile(f"scaling_{phase}_{name}", scratch / f"{name}.scaling{phase}.folded")
+
+
+def restart_orchestrator(
+    bench: Bench,
+    children: dict[str, subprocess.Popen[bytes]],
+    pids: dict[str, int],
+    *,
+    respawn: Callable[[str], None],
+    robots: list[str],
+    scratch: Path,
+) -> None:
+    """Stop the orchestrator (SIGTERM), start it again under the running fleet, and time
+    until it has seen every robot: each robot's ``robot_online`` in its event log, read
+    from disk (an event published before this client re-matched would be missed). Then a
+    command through it, to show it serves."""
+    old = children["orchestrator"]
+    old.send_signal(signal.SIGTERM)
+    old.wait(timeout=30)
+    started = time.time()
+    respawn("orchestrator")
+    pids["orchestrator"] = children["orchestrator"].pid
+    seen: dict[str, float] = {}
+    after = 0
+    deadline = time.monotonic() + 300.0
+    while len(seen) < len(robots):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the restarted orchestrator saw {len(seen)}/{len(robots)} robots")
+        with (
+            contextlib.suppress(Exception),
+            LmdbEventLog(
+                EventLogConfig(path=scratch / "orchestrator" / "events"), readonly=True
+            ) as log,
+        ):
+            for event in log.read(after_sequence=after):
+                after = max(after, event.sequence)
+                stamp = event.stamp
+                if event.event_type == EventType.ROBOT_ONLINE and stamp >= started:
+                    seen.setdefault(event.robot_id, stamp)
+        bench.spin_until(lambda: True, 1.0, "")
+        time.sleep(0.2)
+    print(f"restart_sees_fleet_s={max(seen.values()) - started:.1f}")
+    print(f"restart_sees_half_s={sorted(seen.values())[len(seen) // 2] - started:.1f}")
+    answer = bench.call(
+        bench.submit, submit_request("after-restart", robots[-1], 30.0), 60.0, "a submit"
+    )
+    if answer.state != COMPLETED:
+        raise SystemExit(f"after the restart: expected COMPLETED, got {answer}")
+
+
+def print_memory_per_robot(pids: dict[str, int], robots: list[str], hosts: int) -> None:
+    """Anonymous RSS (the Python heap: the LMDB maps are file-backed) per robot the
+    process serves: the orchestrator serves all; each host of ``hosts`` its share."""
+    share = max(1, (len(robots) - 1) // max(1, hosts))
+    for name in ("orchestrator", "agents_1"):
+        if name in pids:
+            anon, _file = rss_mb(pids[name])
+            per = len(robots) if name == "orchestrator" else share
+            print(f"rss_anon_mb_{name}={anon:.0f}")
+            print(f"rss_anon_kb_per_robot_{name}={anon * 1024 / per:.0f}")
+
+
+def print_dds_endpoints(bench: Bench, robots: int) -> None:
+    """DDS endpoints (topic writers and readers, services' request and reply ones
+    included) of each kind of process, from the ROS graph as this client discovered
+    it, per robot; and the participants (one per process) of the domain."""
+    node = bench.node
+    by_kind: Counter[str] = Counter()
+    participants: set[bytes] = set()
+    for topic, _types in node.get_topic_names_and_types(no_demangle=True):
+        infos = [
+            *node.get_publishers_info_by_topic(topic, no_mangle=True),
+            *node.get_subscriptions_info_by_topic(topic, no_mangle=True),
+        ]
+        for info in infos:
+            participants.add(bytes(info.endpoint_gid)[:12])
+            by_kind[_process_kind(info.node_name, info.node_namespace)] += 1
+    print(f"dds_participants={len(participants)}")
+    for kind, count in sorted(by_kind.items()):
+        print(f"dds_endpoints_{kind}={count}")
+        if kind in ("orchestrator", "agents"):
+            print(f"dds_endpoints_per_robot_{kind}={count / robots:.1f}")
+
+
+def _process_kind(node_name: str, namespace: str) -> str:
+    """Which kind of process a node of this bench lives in, by its name."""
+    if node_name.startswith("bare_") or namespace.startswith("/bare"):
+        return "bare"
+    if node_name.startswith(("agent_", "ros_action", "world_link")):
+        return "agents"
+    if node_name.startswith("orchestrator"):
+        return "orchestrator"
+    if node_name.startswith("world"):
+        return "world"
+    if node_name.startswith("bench") or node_name.startswith("echo"):
+        return "bench"
+    return "other"
 
 
 def rss_mb(pid: int) -> tuple[float, float]:
