@@ -186,6 +186,7 @@ class Bench:
             SubmitCommand, bare_pipeline.SUBMIT_SERVICE, qos_profile=DEEP
         )
         self.bare_finished: dict[str, float] = {}
+        self.bare_side = self  # the client of the bare pipeline's domain (bench_fleet)
         self.node.create_subscription(
             FleetEventBatch, bare_pipeline.EVENTS_TOPIC, self._on_bare_events, bare_pipeline.QOS
         )
@@ -502,9 +503,17 @@ def print_size_table(figures: dict[int, dict[str, str]]) -> None:
 def bench_fleet(options: argparse.Namespace) -> None:
     if options.replicas > 1 and not options.store_url:
         raise SystemExit("--replicas > 1 needs --store-url or --postgres")
-    with lease_domain_id() as domain_id, tempfile.TemporaryDirectory() as scratch_name:
+    with (
+        lease_domain_id() as domain_id,
+        lease_domain_id() as bare_domain_id,
+        tempfile.TemporaryDirectory() as scratch_name,
+    ):
         scratch = Path(scratch_name)
         env = isolated_environment(domain_id)
+        # The bare pipeline in a domain of its own: in the fleet's, its processes' 7
+        # endpoints per robot were discovered and matched by every fleet process too (a
+        # third of a 1,000-robot domain's endpoints), and the fleet's by it.
+        bare_env = isolated_environment(bare_domain_id)
         robots = write_fleet(scratch / "fleet.yaml", options.robots, options.robot_capacity)
         logs = open(scratch / "children.log", "wb")  # noqa: SIM115
         children: dict[str, subprocess.Popen[bytes]] = {}
@@ -514,7 +523,13 @@ def bench_fleet(options: argparse.Namespace) -> None:
             # Not the repo root as cwd: ``python -c`` would import the source tree, which
             # lacks the generated interfaces, instead of the installed package.
             argvs[name] = argv
-            children[name] = subprocess.Popen(argv, env=env, stdout=logs, stderr=logs, cwd=scratch)
+            children[name] = subprocess.Popen(
+                argv,
+                env=bare_env if name.startswith("bare_") else env,
+                stdout=logs,
+                stderr=logs,
+                cwd=scratch,
+            )
 
         spawn(
             "world",
@@ -566,8 +581,11 @@ def bench_fleet(options: argparse.Namespace) -> None:
             spawn(f"bare_agents_{index}", [*bare, "agents", "--robots", ",".join(group)])
         context = rclpy.Context()
         rclpy.init(context=context, domain_id=domain_id)
+        bare_context = rclpy.Context()
+        rclpy.init(context=bare_context, domain_id=bare_domain_id)
         try:
             bench = Bench(context)
+            bench.bare_side = Bench(bare_context)
             run(
                 bench,
                 options,
@@ -585,6 +603,7 @@ def bench_fleet(options: argparse.Namespace) -> None:
                 except subprocess.TimeoutExpired:
                     child.kill()
             context.try_shutdown()
+            bare_context.try_shutdown()
             logs.close()
             if options.keep_logs:
                 shutil.copy(scratch / "children.log", options.keep_logs)
@@ -986,6 +1005,7 @@ def bare_ceiling(
     """The same commands through bare_pipeline.py's processes: commands/s, CPU per
     command of each of them (what rclpy and DDS alone cost for the pattern), printed
     under ``label``, which also names the keys (each measurement needs fresh ones)."""
+    bench = bench.bare_side
     keys = [f"{label}-{index}" for index in range(len(targets))]
     requests = [submit_request(k, r, 0.0) for k, r in zip(keys, targets, strict=True)]
     probe = f"{label}-probe"

@@ -83,6 +83,10 @@ def hosted_agents(
                 namespace=agent_namespace(robot.id),
                 parameter_overrides=overrides,
                 start_parameter_services=False,
+                # Their log lines go to the host's console and log file, not /rosout:
+                # a /rosout writer per hosted robot was one more endpoint per robot that
+                # every process of the domain discovers and matches.
+                enable_rosout=False,
                 process_work=shared,
                 qos_event_handlers=False,
                 context=context,

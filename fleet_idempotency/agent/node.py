@@ -77,6 +77,7 @@ class AgentProcessWork:
         self._delayed_acks: dict[float, DelayedAcks] = {}
         self._services: tuple[Node, SingleThreadedExecutor] | None = None
         self.warned_unauthenticated = False
+        self._results_publishers: dict[str, Any] = {}
 
     def join(self) -> None:
         """One more agent of the process; ``release`` of the last closes what they share."""
@@ -101,6 +102,16 @@ class AgentProcessWork:
             self._services = (node, spin_on_thread(node, "agent-host-services"))
         return self._services[0]
 
+    def results_publisher(self, context: Context, topic: str) -> Any:
+        """One publisher of results per topic for all the agents of a host, on its
+        services node: one DDS writer per robot was a seventh of a host's endpoints, each
+        discovered and matched by every other process of the domain."""
+        if topic not in self._results_publishers:
+            self._results_publishers[topic] = self.services_node(context).create_publisher(
+                CommandResult, topic, RELIABLE_TOPIC_QOS
+            )
+        return self._results_publishers[topic]
+
     def release(self) -> None:
         """One agent of the process is done with the held answers, services node and
         backend resources they share."""
@@ -114,6 +125,7 @@ class AgentProcessWork:
             executor.shutdown(timeout_sec=1.0)
             node.destroy_node()
             self._services = None
+            self._results_publishers.clear()
         self.resources.close_all()
 
     def start(self, node: Node) -> None:
@@ -159,7 +171,11 @@ class AgentDriver(Node):
             self._store_config(p, reconcile=type(backend).reconciles_after_crash)
         )
         shared.join()
-        self._results = self.create_publisher(CommandResult, p["results_topic"], RELIABLE_TOPIC_QOS)
+        self._results = (
+            self.create_publisher(CommandResult, p["results_topic"], RELIABLE_TOPIC_QOS)
+            if own_work
+            else shared.results_publisher(self.context, p["results_topic"])
+        )
         # Answers found by crash recovery are held until someone listens: published at
         # start-up they would reach nobody, since discovery takes a moment.
         self._recovered: list[Answer] | None = []

@@ -49,7 +49,7 @@ from fleet_idempotency.orchestrator.replica import (
     open_shared_log,
     open_shared_store,
 )
-from fleet_idempotency.orchestrator.robot_links import RobotLinks
+from fleet_idempotency.orchestrator.robot_links import RobotLinks, ask_check_key
 from fleet_idempotency.protocol import CONFLICT, INTERNAL, Delivery, KeyStatus
 from fleet_idempotency.ros.convert import (
     InvalidMessage,
@@ -351,16 +351,11 @@ class Orchestrator(Node):
 
     def _ask_robot(self, ours: KeyStatus, robot_id: str, robot_key: str) -> KeyStatus:
         """Not final here: what does the robot itself say? (The reconciliation path.)"""
-        client = self._links.checks[robot_id]
-        future = client.call_async(CheckKey.Request(idempotency_key=robot_key))
-        done = threading.Event()
-        future.add_done_callback(lambda _future: done.set())
-        if not done.wait(ROBOT_CHECK_TIMEOUT_S):
-            client.remove_pending_request(future)
+        theirs = ask_check_key(self._links.check_client(robot_id), robot_key, ROBOT_CHECK_TIMEOUT_S)
+        if theirs is None:
             return _with_message(
                 ours, f"{ours.message}; robot {robot_id} did not answer its status check (offline?)"
             )
-        theirs = future.result()
         if not theirs.found:
             return _with_message(
                 ours,

@@ -1,6 +1,12 @@
 """The orchestrator's robot-facing endpoints: command publishers, status subscriptions,
 CheckKey clients, and the results subscription.
 
+CheckKey clients are made on first use, per robot asked: they serve only reconciliation
+(a CheckKey the orchestrator cannot answer itself), and made up front they were half of
+the orchestrator's DDS endpoints, 2 per robot. Fast DDS matches each local endpoint
+against every remote one, so a restarted orchestrator of a 1,000-robot fleet spent most
+of its time to see the fleet matching clients it might never use.
+
 For 50 robots these are 50 status subscriptions, 50 CheckKey clients and 50 command
 publishers with their QoS event handlers. rclpy rebuilds its wait set from every entity
 of its nodes on each wake-up, in Python: on the orchestrator's main executor they made
@@ -16,8 +22,11 @@ from __future__ import annotations
 
 import functools
 import random
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from builtin_interfaces.msg import Time
 from rclpy.context import Context
@@ -58,12 +67,8 @@ class RobotLinks:
         self._listening = side_node("orchestrator_robot_links", context)
         self._checking = self._spun_node("orchestrator_robot_checks", context)
         self._results = self._spun_node("orchestrator_results", context)
-        self.checks = {
-            robot_id: self._checking.create_client(
-                CheckKey, f"/fleet/{robot_id}/check_key", qos_profile=SERVICE_QOS
-            )
-            for robot_id in robot_ids
-        }
+        self._checks: dict[str, Any] = {}
+        self._checks_lock = threading.Lock()
         for robot_id in robot_ids:
             # The topic says whose status it is: a status naming another robot is refused.
             # No QoS event handlers (rclpy's default ones only log an incompatible peer):
@@ -87,6 +92,17 @@ class RobotLinks:
             )
             for robot_id in robot_ids
         }
+
+    def check_client(self, robot_id: str) -> Any:
+        """The robot's CheckKey client, made the first time it is asked for."""
+        with self._checks_lock:
+            client = self._checks.get(robot_id)
+            if client is None:
+                client = self._checking.create_client(
+                    CheckKey, f"/fleet/{robot_id}/check_key", qos_profile=SERVICE_QOS
+                )
+                self._checks[robot_id] = client
+            return client
 
     def _spun_node(self, name: str, context: Context) -> Node:
         """A side node (ros/side_thread.py) spun on a thread of its own."""
@@ -126,3 +142,27 @@ def _heard_on(
     on_status: Callable[[RobotStatus, str], None], robot_id: str, message: RobotStatus
 ) -> None:
     on_status(message, robot_id)
+
+
+# A request sent just after a client was made can be lost while the robot's reply writer
+# has not yet matched the new client's reader: asked again after this long (CheckKey
+# only reads, so asking twice is harmless).
+CHECK_RESEND_S = 0.5
+
+
+def ask_check_key(client: Any, robot_key: str, timeout_s: float) -> Any | None:
+    """The robot's CheckKey answer for ``robot_key``, or None if none came in ``timeout_s``
+    (the robot is offline, or its service was not discovered in time)."""
+    deadline = time.monotonic() + timeout_s
+    while not client.service_is_ready():
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
+    while (remaining := deadline - time.monotonic()) > 0:
+        future = client.call_async(CheckKey.Request(idempotency_key=robot_key))
+        done = threading.Event()
+        future.add_done_callback(lambda _future, done=done: done.set())
+        if done.wait(min(CHECK_RESEND_S, remaining)):
+            return future.result()
+        client.remove_pending_request(future)
+    return None
