@@ -184,7 +184,10 @@ class AgentDriver(Node):
         # seen; a restarted orchestrator gets the latest at once too.
         self._boot_id = uuid.uuid4().hex
         self._status = self.create_publisher(RobotStatus, "status", STATUS_QOS)
-        self._status_throttle = StatusThrottle(p["status_min_interval_s"])
+        self._status_throttle = StatusThrottle(
+            p["status_min_interval_s"], idle_period_s=p["idle_status_period_s"]
+        )
+        self._heartbeat_slack_s = p["status_period_s"] / 2
         self.core = AgentCore(
             backend=backend,
             store=self.store,
@@ -300,7 +303,10 @@ class AgentDriver(Node):
             "store_map_size_max_mb": 1024,
             "durable": True,
             "gc_period_s": 60.0,
+            # The heartbeat while the robot holds work; an idle robot's is sent every
+            # idle_status_period_s only (its liveliness is DDS's: ros/qos.py).
             "status_period_s": 1.0,
+            "idle_status_period_s": 10.0,
             # A load change is published at once only if the last status is older than this.
             "status_min_interval_s": 0.2,
             # The 202 of a command the idle robot starts at once waits this long, and is
@@ -453,8 +459,9 @@ class AgentDriver(Node):
             self._publish_status()
 
     def _heartbeat(self) -> None:
-        self._status_throttle.on_heartbeat()
-        self._publish_status()
+        idle = self.core.load().queue_depth == 0
+        if self._status_throttle.heartbeat_due(idle, self._heartbeat_slack_s):
+            self._publish_status()
 
     def _publish_status(self) -> None:
         load = self.core.load()
@@ -478,6 +485,7 @@ class AgentDriver(Node):
                 stamp=self.get_clock().now().to_msg(),
             )
         )
+        self._status_throttle.on_heartbeat()
 
     def _collect_garbage(self) -> None:
         report = self.core.collect_garbage(max_batches=4)

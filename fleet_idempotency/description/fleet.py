@@ -99,7 +99,7 @@ class OrchestratorSection(_Section):
     retry_max_s: float = Field(default=5.0, gt=0)
     acknowledged_resend_s: float = Field(default=30.0, gt=0)
     unanswered_per_robot: int = Field(default=2, ge=1)
-    offline_after_s: float = Field(default=3.0, gt=0)
+    offline_after_s: float = Field(default=30.0, gt=0)
     retention_s: float = Field(default=86_400.0, gt=0)
 
 

@@ -38,6 +38,10 @@ class RobotView:
     ready: bool = True
     waiting_for: str = ""
     seen_at: float = 0.0  # monotonic; 0: never
+    # The orchestrator's robot_offline event, after the last status: it knows at once when
+    # the robot's process is gone (DDS liveliness), long before an idle robot's silence
+    # would say so here.
+    gone: bool = False
 
 
 class FleetView:
@@ -47,7 +51,7 @@ class FleetView:
         metrics: HttpMetrics,
         *,
         ring_size: int = 10_000,
-        offline_after_s: float = 3.0,
+        offline_after_s: float = 30.0,
     ) -> None:
         self._metrics = metrics
         self._offline_after_s = offline_after_s
@@ -73,6 +77,8 @@ class FleetView:
             size = len(self._events)
             waiters = list(self._waiters)
         kind = event["event_type"]
+        if kind in ("robot_offline", "robot_online"):
+            self._note_presence(event["robot_id"], gone=kind == "robot_offline")
         self._metrics.events.labels(kind).inc()
         self._metrics.event_log_sequence.set(event["sequence"])
         self._metrics.event_ring_size.set(size)
@@ -85,6 +91,12 @@ class FleetView:
         for loop, waiter in waiters:
             loop.call_soon_threadsafe(waiter.set)
 
+    def _note_presence(self, robot_id: str, *, gone: bool) -> None:
+        with self._lock:
+            robot = self._robots.get(robot_id)
+            if robot is not None:
+                robot.gone = gone
+
     def update_robot(self, status: dict[str, Any]) -> None:
         robot_id = status["robot_id"]
         with self._lock:
@@ -92,6 +104,7 @@ class FleetView:
             for name, value in status.items():
                 setattr(robot, name, value)
             robot.seen_at = time.monotonic()
+            robot.gone = False
         self._metrics.queue_depth.labels(robot_id).set(status["queue_depth"])
         self._metrics.capacity.labels(robot_id).set(status["capacity"])
 
@@ -108,7 +121,7 @@ class FleetView:
             {
                 "robot_id": r.robot_id,
                 "robot_type": r.robot_type,
-                "online": r.seen_at > 0 and now - r.seen_at < self._offline_after_s,
+                "online": not r.gone and r.seen_at > 0 and now - r.seen_at < self._offline_after_s,
                 "pose": {"x": r.x, "y": r.y, "theta": r.theta},
                 "queue_depth": r.queue_depth,
                 "capacity": r.capacity,

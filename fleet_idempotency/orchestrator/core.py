@@ -685,6 +685,14 @@ class OrchestratorCore:
             self.counters["status_unknown_robot"] += 1
         return effect is StatusEffect.WAKE
 
+    def on_liveliness(self, robot_id: str, alive: bool) -> bool:
+        """Whether the robot's process is there, as DDS tells; True when dispatch may have
+        work now (a robot back: what it had in flight is re-sent)."""
+        effect = self._dispatcher.on_liveliness(robot_id, alive)
+        if effect is StatusEffect.UNKNOWN_ROBOT:
+            self.counters["status_unknown_robot"] += 1
+        return effect is StatusEffect.WAKE
+
     # --- results --------------------------------------------------------------------------
     def on_result(self, answer: Answer) -> None:
         effect, command = self._dispatcher.on_result(answer)

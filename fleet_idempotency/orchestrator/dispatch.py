@@ -69,7 +69,7 @@ class OrchestratorSettings(BaseModel):
     unanswered_per_robot: int = Field(default=2, ge=1)
     # A robot whose status has not been heard for this long is offline: no dispatch and
     # no retries to it until it is heard again.
-    offline_after_s: float = Field(default=3.0, gt=0)
+    offline_after_s: float = Field(default=30.0, gt=0)
     # After a 429 from a robot, wait at least this long before dispatching to it again,
     # even if a status claims room (statuses and results may cross on the wire).
     busy_pause_s: float = Field(default=0.5, ge=0)
@@ -516,6 +516,27 @@ class Dispatcher:
                 self._at(lane.paused_until, _UNPAUSE, robot_id)
                 effect = StatusEffect.WAKE
             return effect
+
+    def on_liveliness(self, robot_id: str, alive: bool) -> StatusEffect:
+        """DDS says whether the robot's process is there (its status publisher's liveliness,
+        ros/qos.py). Gone: offline now, not after ``offline_after_s`` of silence (an idle
+        robot sends a status only every ``idle_status_period_s``). Back: heard."""
+        with self._lock:
+            lane = self.lanes.get(robot_id)
+            if lane is None:
+                return StatusEffect.UNKNOWN_ROBOT
+            change: OnlineChange | None
+            if alive:
+                change = self._heard(lane)
+            elif lane.online:
+                lane.online = False
+                change = OnlineChange(lane.robot_id, False, len(lane.in_flight), len(lane.queue))
+            else:
+                change = None
+            if change is None:
+                return StatusEffect.NOTED
+            self._changes.append(change)
+            return StatusEffect.WAKE
 
     def _fetch_lost_answer(self, lane: RobotLane, last_finished_key: str) -> bool:
         """The robot is idle and finished ``last_finished_key``: if we still wait for its

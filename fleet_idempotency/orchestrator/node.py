@@ -191,6 +191,8 @@ class Orchestrator(Node):
             self.context,
             (spec.id for spec in fleet.robots),
             on_status=self._on_status,
+            on_liveliness=self._on_liveliness,
+            on_incompatible=self._on_status_incompatible,
             guard=guard,
             counters=self.core.counters,
             rng=self._rng,
@@ -266,7 +268,7 @@ class Orchestrator(Node):
             "retry_jitter": 0.2,
             "acknowledged_resend_s": 30.0,
             "unanswered_per_robot": 2,
-            "offline_after_s": 3.0,
+            "offline_after_s": 30.0,
             "busy_pause_s": 0.5,
             "gc_period_s": 60.0,
             # Fault injection for tests and demos: deliver a fraction of commands twice.
@@ -414,6 +416,19 @@ class Orchestrator(Node):
             ready=message.ready,
         ):
             self._dispatch.kick()
+
+    def _on_liveliness(self, robot_id: str, alive: bool) -> None:
+        if self.core.on_liveliness(robot_id, alive):
+            self._dispatch.kick()
+
+    def _on_status_incompatible(self, robot_id: str, policy: str) -> None:
+        self.get_logger().error(
+            f"robot {robot_id}: its status publisher's QoS does not match ours ({policy}): "
+            "its statuses cannot reach this orchestrator, so it will never be dispatched to. "
+            "An agent older than this orchestrator offers no liveliness lease: upgrade the "
+            "robots first (docs/design.md)",
+            throttle_duration_sec=30.0,
+        )
 
     def _publish_events(self, events: list[FleetEventRecord]) -> None:
         """One commit's events: as batches, and one by one only while anyone listens to

@@ -30,8 +30,14 @@ from typing import Any
 
 from builtin_interfaces.msg import Time
 from rclpy.context import Context
+from rclpy.event_handler import (
+    QoSLivelinessChangedInfo,
+    QoSRequestedIncompatibleQoSInfo,
+    SubscriptionEventCallbacks,
+)
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.qos import qos_policy_name_from_kind
 
 from fleet_idempotency.msg import CommandResult, FleetCommand, RobotStatus
 from fleet_idempotency.protocol import Delivery
@@ -54,6 +60,8 @@ class RobotLinks:
         robot_ids: Iterable[str],
         *,
         on_status: Callable[[RobotStatus, str], None],
+        on_liveliness: Callable[[str, bool], None],
+        on_incompatible: Callable[[str, str], None],
         guard: CallbackGuard,
         counters: Counter[str],
         rng: random.Random,
@@ -71,14 +79,24 @@ class RobotLinks:
         self._checks_lock = threading.Lock()
         for robot_id in robot_ids:
             # The topic says whose status it is: a status naming another robot is refused.
-            # No QoS event handlers (rclpy's default ones only log an incompatible peer):
-            # they were 100 of the 200 entities this executor walks on every status.
+            # Its liveliness says when the robot's process is gone (ros/qos.py), so that an
+            # idle robot need not send a status every second. The events executor below
+            # takes QoS events from its queue: they cost nothing until one happens.
             self._listening.create_subscription(
                 RobotStatus,
                 f"/fleet/{robot_id}/status",
                 guard.topic("robot_status", functools.partial(_heard_on, on_status, robot_id)),
                 STATUS_QOS,
-                event_callbacks=quiet_subscription_events(),
+                event_callbacks=SubscriptionEventCallbacks(
+                    liveliness=guard.topic(
+                        "robot_liveliness", functools.partial(_liveliness, on_liveliness, robot_id)
+                    ),
+                    incompatible_qos=guard.topic(
+                        "robot_status_qos",
+                        functools.partial(_incompatible, on_incompatible, robot_id),
+                    ),
+                    use_default_callbacks=False,
+                ),
             )
         # A status woke rclpy's Python executor, which walked all 50 subscriptions to take
         # it (~450 us of CPU per status here); the events executor takes it from a queue.
@@ -136,6 +154,23 @@ class RobotLinks:
             executor.shutdown(timeout_sec=1.0)
         for node in (self._listening, self._checking, self._results, self._publishing):
             node.destroy_node()
+
+
+def _liveliness(
+    on_liveliness: Callable[[str, bool], None], robot_id: str, info: QoSLivelinessChangedInfo
+) -> None:
+    if info.alive_count_change > 0:
+        on_liveliness(robot_id, True)
+    elif info.alive_count == 0 and info.alive_count_change < 0:
+        on_liveliness(robot_id, False)
+
+
+def _incompatible(
+    on_incompatible: Callable[[str, str], None],
+    robot_id: str,
+    info: QoSRequestedIncompatibleQoSInfo,
+) -> None:
+    on_incompatible(robot_id, qos_policy_name_from_kind(info.last_policy_kind))
 
 
 def _heard_on(

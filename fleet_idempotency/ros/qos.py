@@ -8,10 +8,17 @@ history keeps every request and reply of a burst.
 
 from __future__ import annotations
 
+from rclpy.duration import Duration
 from rclpy.event_handler import EventHandler, SubscriptionEventCallbacks
 from rclpy.node import Node
 from rclpy.publisher import Publisher
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import (
+    DurabilityPolicy,
+    HistoryPolicy,
+    LivelinessPolicy,
+    QoSProfile,
+    ReliabilityPolicy,
+)
 from rclpy.subscription import Subscription
 
 SERVICE_QOS = QoSProfile(
@@ -33,11 +40,25 @@ LATEST_QOS = QoSProfile(
 )
 # An orchestrator's boot id (OrchestratorBoot.msg), for clients that start after it.
 BOOT_QOS = LATEST_QOS
+# How soon a robot process that is gone (killed, crashed, frozen, cut off) is known to be:
+# the lease of its status publisher's DDS liveliness. DDS asserts it for the whole
+# process (one participant message per lease, whatever the number of robots in it), so
+# an idle robot need not send a status every second to be known alive.
+STATUS_LEASE_S = 2.0
 # Robot statuses: a late subscriber (a restarted orchestrator, the HTTP API, or anyone when
 # a robot's first status went out before they matched) hears the robot at once, not a
-# heartbeat later. Upgrade robots before the orchestrator: a volatile status publisher
-# matches nothing here.
-STATUS_QOS = LATEST_QOS
+# heartbeat later; a subscriber with a liveliness callback hears of a robot process gone
+# within STATUS_LEASE_S. Upgrade robots before the orchestrator: a volatile status
+# publisher, or one that offers no liveliness lease (an agent before round 3), matches
+# nothing here.
+STATUS_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=1,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+    liveliness=LivelinessPolicy.AUTOMATIC,
+    liveliness_lease_duration=Duration(seconds=STATUS_LEASE_S),
+)
 
 
 def drop_default_event_handlers(node: Node) -> int:

@@ -299,3 +299,27 @@ def test_an_idle_robot_answers_a_quick_command_by_its_result_alone(
     answers = [r.status_code for r in fleet.results if r.idempotency_key == "k-quick"]
     assert answers == [200, 200]
     assert fleet.side_effects("amr_3", "k-quick") == 1
+
+
+def test_an_idle_robot_heartbeats_every_idle_period_and_a_busy_one_every_period(
+    fleet: FleetHarness,
+) -> None:
+    from fleet_idempotency.msg import RobotStatus
+    from fleet_idempotency.ros.qos import STATUS_QOS
+
+    heard: list[Any] = []
+    fleet.node.create_subscription(RobotStatus, "/fleet/amr_1/status", heard.append, STATUS_QOS)
+    fleet.start_agent(
+        "amr_1", "amr", status_period_s=0.1, idle_status_period_s=600.0, time_scale=1.0
+    )
+    fleet.spin_until(lambda: heard, "the first status")
+    fleet.spin_for(1.5)
+    idle_count = len(heard)
+    assert idle_count <= 2, f"{idle_count} statuses from an idle robot in 1.5 s"
+    # Moving (12 s to W3), it reports its pose every status_period_s.
+    fleet.send("amr_1", "k-move", "move_to_waypoint", {"waypoint": "W3"})
+    fleet.spin_until(
+        lambda: sum(1 for status in heard if status.busy) >= 5,
+        "five statuses of the moving robot",
+        timeout_s=3.0,
+    )

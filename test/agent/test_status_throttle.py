@@ -47,3 +47,21 @@ def test_a_heartbeat_counts_as_the_latest_status() -> None:
 def test_zero_interval_publishes_every_change() -> None:
     throttle = StatusThrottle(0.0, Clock())
     assert all(throttle.on_change() for _ in range(5))
+
+
+def test_an_idle_robot_heartbeats_only_every_idle_period_a_busy_one_every_time() -> None:
+    clock = Clock()
+    throttle = StatusThrottle(0.2, clock, idle_period_s=10.0)
+    throttle.on_heartbeat()
+    clock.now += 1.0
+    assert throttle.heartbeat_due(idle=False)  # holding work: pose and load move
+    assert not throttle.heartbeat_due(idle=True)
+    clock.now += 8.6
+    assert not throttle.heartbeat_due(idle=True)
+    assert throttle.heartbeat_due(idle=True, slack_s=0.5)  # within the tick's jitter
+    throttle.on_heartbeat()
+    # A change held back by the interval goes out with the next heartbeat, idle or not.
+    assert not throttle.on_change()
+    assert throttle.heartbeat_due(idle=True)
+    throttle.on_heartbeat()
+    assert not throttle.heartbeat_due(idle=True)

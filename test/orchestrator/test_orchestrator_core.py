@@ -941,3 +941,23 @@ def test_a_robot_gets_new_commands_as_fast_as_it_answers_the_last_ones() -> None
     assert [d.command.key for d in dispatcher.due()[0]] == ["k-3"]
     # Answered commands still count against the robot's capacity, not against the window.
     assert len(lane.in_flight) == 3
+
+
+def test_a_robot_process_gone_by_dds_liveliness_is_offline_at_once_and_back_gets_its_work() -> None:
+    # An idle robot's status comes every idle_status_period_s (10 s); that its process is
+    # gone, DDS says within its status lease: no wait for offline_after_s of silence.
+    now = [100.0]
+    dispatcher, _lane = steady_dispatcher(now)
+    command = first_send(dispatcher, "k")
+    now[0] += 0.1
+    assert dispatcher.on_liveliness("amr_1", alive=False) is StatusEffect.WAKE
+    assert dispatcher.due() == ([], [OnlineChange("amr_1", False, 1, 0)])
+    now[0] = command.next_send_at + 5.0
+    assert dispatcher.due() == ([], []), "nothing is sent to a robot that is gone"
+    assert dispatcher.on_liveliness("amr_1", alive=False) is StatusEffect.NOTED
+    # Its process back (or DDS hears it again): what it had in flight goes again now.
+    assert dispatcher.on_liveliness("amr_1", alive=True) is StatusEffect.WAKE
+    due, changes = dispatcher.due()
+    assert [(d.command, d.is_retry) for d in due] == [(command, True)]
+    assert changes == [OnlineChange("amr_1", True, 1, 0)]
+    assert dispatcher.on_liveliness("ghost", alive=False) is StatusEffect.UNKNOWN_ROBOT

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -316,3 +317,35 @@ def test_events_are_published_in_batches_and_singly_in_log_order(fleet: FleetHar
     assert [item for item in single if first <= item[0] <= last] == in_range
     assert {"accepted", "dispatched", "result"} <= {kind for _, kind, _ in in_range}
     assert all(0 < len(batch) <= MAX_EVENTS_PER_BATCH for batch in batches)
+
+
+def robot_events(fleet: FleetHarness, robot_id: str, kind: EventType) -> list[Any]:
+    """The orchestrator's ``kind`` events for ``robot_id``, read from its log on disk."""
+    config = EventLogConfig(path=fleet.store_dir / "orchestrator" / "events")
+    with LmdbEventLog(config, readonly=True) as log:
+        return [e for e in log.read() if e.robot_id == robot_id and e.event_type == kind]
+
+
+def test_a_killed_idle_robot_is_offline_within_its_lease_not_after_the_silence_limit(
+    fleet: FleetHarness,
+) -> None:
+    # An idle robot sends a status every idle_status_period_s (10 s) only, and the
+    # orchestrator's silence limit (offline_after_s) is 30 s by default: it is the status
+    # publisher's DDS liveliness that says the robot's process is gone.
+    fleet.start_agent("amr_1", "amr")
+    fleet.start_orchestrator()
+    warm = fleet.submit("wms", "before", "amr_1", "dock", {"dock": "D1"}, wait_timeout_s=30.0)
+    assert warm.status_code == 200
+    killed_at = time.time()
+    fleet.children.kill("agent_amr_1", signal.SIGKILL)
+    offline = fleet.spin_until(
+        lambda: robot_events(fleet, "amr_1", EventType.ROBOT_OFFLINE),
+        "the killed robot marked offline",
+        timeout_s=20.0,
+    )
+    assert offline[-1].stamp - killed_at < 10.0, "well within the 30 s silence limit"
+    fleet.start_agent("amr_1", "amr")
+    after = fleet.submit("wms", "after", "amr_1", "dock", {"dock": "D1"}, wait_timeout_s=30.0)
+    assert after.status_code == 200
+    online = robot_events(fleet, "amr_1", EventType.ROBOT_ONLINE)
+    assert online[-1].sequence > offline[-1].sequence

@@ -259,6 +259,12 @@ class FleetHarness:
     def side_effects(self, robot_id: str, key: str) -> int:
         return len(self.world_state()["side_effects"].get(robot_id, {}).get(key, []))
 
+    def spin_for(self, seconds: float) -> None:
+        """Serve callbacks for ``seconds`` (to see that something does *not* happen)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.executor.spin_once(timeout_sec=0.02)
+
     def spin_until(self, condition: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
         return wait_for(condition, timeout_s=timeout_s, executor=self.executor, what=what)
 
