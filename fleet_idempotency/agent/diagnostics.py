@@ -9,6 +9,7 @@ sends the statuses of all agents of a process in one array per period.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,11 @@ from fleet_idempotency.store import IdempotencyStore
 
 OK, WARN = 0, 1  # DiagnosticStatus.OK / WARN (bytes in the generated message)
 PERIOD_S = 1.0
+# Each robot's status goes out at least this often: within diagnostic_aggregator's default
+# 5 s before it calls an item stale. A process of more robots than this many periods
+# sends a share of them each period (``rotation``): collecting all 500 stores' figures
+# and converting them to one message every second was most of an idle agent host's CPU.
+REFRESH_PERIODS = 4
 # Store figures worth a glance, in this order; the agent's own counters follow.
 STORE_KEYS = (
     "records",
@@ -95,20 +101,36 @@ class StoreDiagnostics:
             self._guard.timer("diagnostics", lambda: into.append(self.status()))()
 
 
+def rotation(count: int, cursor: int, periods: int = REFRESH_PERIODS) -> tuple[range, int]:
+    """Which of ``count`` sources to report this period, starting at ``cursor``, so that
+    each is reported once every ``periods`` periods (or every period, when there are no
+    more than ``periods``); and the cursor for the next period."""
+    if count <= periods:
+        return range(count), 0
+    share = math.ceil(count / periods)
+    start = cursor % count
+    return range(start, start + share), (start + share) % count
+
+
 class DiagnosticsPublisher:
-    """Publishes the statuses of every agent of a process as one DiagnosticArray every
+    """Publishes the statuses of the agents of a process as one DiagnosticArray every
     ``PERIOD_S`` (monitoring tools take any number of statuses per array): one message
-    per process and period instead of one per agent."""
+    per process and period instead of one per agent, each agent in it at least every
+    ``REFRESH_PERIODS`` periods."""
 
     def __init__(self, node: Node) -> None:
         self._node = node
         self._publisher = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.sources: list[StoreDiagnostics] = []
+        self._cursor = 0
 
     def publish(self) -> None:
+        if self._publisher.get_subscription_count() == 0:
+            return  # nobody monitors: the figures would cost the host and reach no one
         statuses: list[DiagnosticStatus] = []
-        for source in self.sources:
-            source.collect(statuses)
+        indices, self._cursor = rotation(len(self.sources), self._cursor)
+        for index in indices:
+            self.sources[index % len(self.sources)].collect(statuses)
         if not statuses:
             return
         array = DiagnosticArray(status=statuses)

@@ -58,7 +58,7 @@ from fleet_idempotency.store import IdempotencyStore, State, StoreConfig
 
 # The periodic jobs of a process's agents run together on this grid (agent/periodic.py):
 # heartbeats then cost a few wake-ups a second, not one per agent.
-WORK_BATCH_S = 0.05
+WORK_BATCH_S = 0.25
 
 
 class AgentProcessWork:

@@ -34,9 +34,10 @@ class Job:
 
 
 class PeriodicWork:
-    """``batch_s``: due times are rounded up to multiples of it, so that the jobs of many
-    agents, started a few milliseconds apart, run together in one wake-up rather than one
-    wake-up each (a 1,000-robot host woke 1,000 times a second for heartbeats)."""
+    """``batch_s``: due times are rounded up to multiples of it (or of a job's period, if
+    shorter), so that the jobs of many agents, started over a few seconds, run together
+    in a few wake-ups a second rather than one wake-up each (a 1,000-robot host woke
+    1,000 times a second for heartbeats)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, batch_s: float = 0.0) -> None:
         self._clock = clock
@@ -52,7 +53,9 @@ class PeriodicWork:
         """Run ``callback`` every ``period_s``, the first time one period from now."""
         if not period_s > 0:
             raise ValueError(f"{name}: period must be positive, got {period_s!r}")
-        job = Job(name, float(period_s), callback, self._on_grid(self._clock() + period_s))
+        job = Job(
+            name, float(period_s), callback, self._on_grid(self._clock() + period_s, period_s)
+        )
         with self._lock:
             heapq.heappush(self._heap, (job.due, next(self._order), job))
         return job
@@ -89,7 +92,9 @@ class PeriodicWork:
                 # after a stall of a period or more start again from now rather than
                 # running a backlog of missed periods.
                 following = job.due + job.period_s
-                job.due = self._on_grid(following if following > now else now + job.period_s)
+                job.due = self._on_grid(
+                    following if following > now else now + job.period_s, job.period_s
+                )
                 heapq.heappush(self._heap, (job.due, order, job))
         ran = 0
         for job in due:
@@ -108,9 +113,11 @@ class PeriodicWork:
         self.run_due()
         return max(0.0, self._next_due - self._clock())
 
-    def _on_grid(self, due: float) -> float:
-        if self._batch_s <= 0:
+    def _on_grid(self, due: float, period_s: float) -> float:
+        # A grid no coarser than the job's period, which it would otherwise stretch.
+        grid = min(self._batch_s, period_s)
+        if grid <= 0:
             return due
         # Less a hair: a due time already on the grid must not move up a slot because
         # of how floating point rounded it.
-        return math.ceil(due / self._batch_s - 1e-6) * self._batch_s
+        return math.ceil(due / grid - 1e-6) * grid

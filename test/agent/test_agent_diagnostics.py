@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet_idempotency.agent.diagnostics import OK, WARN, store_status
+from fleet_idempotency.agent.diagnostics import (
+    OK,
+    PERIOD_S,
+    REFRESH_PERIODS,
+    WARN,
+    rotation,
+    store_status,
+)
 
 from support.fleet_harness import FleetHarness
 
@@ -40,3 +47,16 @@ def test_agent_publishes_its_store_on_diagnostics(fleet: FleetHarness) -> None:
 
     values = fleet.spin_until(claims_seen, "a diagnostic status counting the claim")
     assert values["records"] == "1" and values["claims"] == "1"
+
+
+def test_a_large_host_reports_each_robot_every_few_periods_a_small_one_every_period() -> None:
+    assert rotation(3, 0) == (range(3), 0)
+    assert rotation(4, 0) == (range(4), 0)
+    seen: list[int] = []
+    cursor = 0
+    for _ in range(REFRESH_PERIODS):
+        indices, cursor = rotation(10, cursor)
+        assert len(indices) == 3  # ceil(10 / 4)
+        seen += [index % 10 for index in indices]
+    assert set(seen) == set(range(10)), "every robot within REFRESH_PERIODS periods"
+    assert REFRESH_PERIODS * PERIOD_S < 5.0, "inside diagnostic_aggregator's stale timeout"

@@ -116,3 +116,14 @@ def test_a_cancelled_job_never_runs_again_and_leaves_the_others_on_time() -> Non
     clock.now += 0.5
     work.run_if_due()
     assert ran == ["status"]
+
+
+def test_a_job_faster_than_the_batch_grid_keeps_its_own_period() -> None:
+    clock = Clock()
+    work = PeriodicWork(clock, batch_s=0.25)
+    ran: list[float] = []
+    work.every(0.1, lambda: ran.append(clock.now), name="status")
+    for _ in range(10):
+        clock.now = round(clock.now + 0.1, 6)
+        work.run_due(0.1)
+    assert len(ran) == 10
