@@ -573,12 +573,17 @@ def bench_fleet(options: argparse.Namespace) -> None:
                 ],
             )
         spawn("echo", [sys.executable, "-c", ECHO])
-        # The bare ceiling's processes, shaped like the fleet's (bare_pipeline.py).
-        bare = [sys.executable, str(Path(__file__).with_name("bare_pipeline.py"))]
-        spawn("bare_orchestrator", [*bare, "orchestrator", "--robots", ",".join(robots)])
-        spawn("bare_world", [*bare, "world"])
-        for index, group in enumerate(groups):
-            spawn(f"bare_agents_{index}", [*bare, "agents", "--robots", ",".join(group)])
+
+        def start_bare() -> None:
+            """The bare ceiling's processes, shaped like the fleet's (bare_pipeline.py);
+            started once the fleet is measured: starting beside it, their 1,000 nodes
+            took half of the two cores from the fleet's own start-up."""
+            bare = [sys.executable, str(Path(__file__).with_name("bare_pipeline.py"))]
+            spawn("bare_orchestrator", [*bare, "orchestrator", "--robots", ",".join(robots)])
+            spawn("bare_world", [*bare, "world"])
+            for index, group in enumerate(groups):
+                spawn(f"bare_agents_{index}", [*bare, "agents", "--robots", ",".join(group)])
+
         context = rclpy.Context()
         rclpy.init(context=context, domain_id=domain_id)
         bare_context = rclpy.Context()
@@ -593,6 +598,7 @@ def bench_fleet(options: argparse.Namespace) -> None:
                 scratch,
                 children,
                 respawn=lambda name: spawn(name, argvs[name]),
+                start_bare=start_bare,
             )
         finally:
             for child in children.values():
@@ -621,14 +627,20 @@ def run(
     children: dict[str, subprocess.Popen[bytes]],
     *,
     respawn: Callable[[str], None],
+    start_bare: Callable[[], None],
 ) -> None:
-    started_up = time.perf_counter()
+    started_up, started_up_wall = time.perf_counter(), time.time()
     # Warm-up doubles as the readiness check: one completed command per robot proves the
     # whole path (submit, dispatch, agent, world, result) is matched in the DDS graph.
     bench.call(bench.echo, submit_request("probe", robots[0], 0.0), 60.0, "the echo server")
     warm = [submit_request(f"warm-{robot}", robot, 30.0) for robot in robots]
-    bench.call_many(bench.submit, warm, 8, lambda answer: answer.state in FINAL_STATES)
+    bench.call_many(bench.submit, warm, 16, lambda answer: answer.state in FINAL_STATES)
     print(f"startup_s={time.perf_counter() - started_up:.1f}")
+    # Where that went: until the orchestrator had heard every robot (its log), the rest
+    # is the first command to each.
+    online = robots_online_since(scratch, started_up_wall, 0)[0]
+    if len(online) == len(robots):
+        print(f"startup_orchestrator_heard_all_s={max(online.values()) - started_up_wall:.1f}")
 
     # --- (a) latency, both paths interleaved so that they see the same machine load ---------
     robot = robots[0]
@@ -745,6 +757,8 @@ def run(
     if not zero_loss:
         raise SystemExit(f"loss: {lost} commands without a side effect, {doubled} doubled")
     restart_orchestrator(bench, children, pids, respawn=respawn, robots=robots, scratch=scratch)
+    start_bare()
+    pids.update({name: child.pid for name, child in children.items()})
     ceiling = bare_ceiling(bench, options, targets, pids)
     print(f"throughput_fraction_of_bare_ceiling={count / elapsed / ceiling:.3f}")
     for phase, size in enumerate(options.scaling, start=1):
@@ -873,17 +887,9 @@ def restart_orchestrator(
     while len(seen) < len(robots):
         if time.monotonic() > deadline:
             raise SystemExit(f"the restarted orchestrator saw {len(seen)}/{len(robots)} robots")
-        with (
-            contextlib.suppress(Exception),
-            LmdbEventLog(
-                EventLogConfig(path=scratch / "orchestrator" / "events"), readonly=True
-            ) as log,
-        ):
-            for event in log.read(after_sequence=after):
-                after = max(after, event.sequence)
-                stamp = event.stamp
-                if event.event_type == EventType.ROBOT_ONLINE and stamp >= started:
-                    seen.setdefault(event.robot_id, stamp)
+        found, after = robots_online_since(scratch, started, after)
+        for robot_id, stamp in found.items():
+            seen.setdefault(robot_id, stamp)
         bench.spin_until(lambda: True, 1.0, "")
         time.sleep(0.2)
     print(f"restart_sees_fleet_s={max(seen.values()) - started:.1f}")
@@ -893,6 +899,26 @@ def restart_orchestrator(
     )
     if answer.state != COMPLETED:
         raise SystemExit(f"after the restart: expected COMPLETED, got {answer}")
+
+
+def robots_online_since(
+    scratch: Path, since: float, after_sequence: int
+) -> tuple[dict[str, float], int]:
+    """Each robot's first ``robot_online`` in the orchestrator's event log stamped at or
+    after ``since`` (wall clock), among events after ``after_sequence``; and the last
+    sequence read."""
+    first: dict[str, float] = {}
+    with (
+        contextlib.suppress(Exception),
+        LmdbEventLog(
+            EventLogConfig(path=scratch / "orchestrator" / "events"), readonly=True
+        ) as log,
+    ):
+        for event in log.read(after_sequence=after_sequence):
+            after_sequence = max(after_sequence, event.sequence)
+            if event.event_type == EventType.ROBOT_ONLINE and event.stamp >= since:
+                first.setdefault(event.robot_id, event.stamp)
+    return first, after_sequence
 
 
 def print_memory_per_robot(pids: dict[str, int], robots: list[str], hosts: int) -> None:
@@ -1009,8 +1035,8 @@ def bare_ceiling(
     keys = [f"{label}-{index}" for index in range(len(targets))]
     requests = [submit_request(k, r, 0.0) for k, r in zip(keys, targets, strict=True)]
     probe = f"{label}-probe"
-    bench.call(bench.bare_submit, submit_request(probe, targets[0], 0.0), 60.0, "bare")
-    bench.spin_until(lambda: probe in bench.bare_finished, 60.0, "the bare pipeline")
+    bench.call(bench.bare_submit, submit_request(probe, targets[0], 0.0), 300.0, "bare")
+    bench.spin_until(lambda: probe in bench.bare_finished, 300.0, "the bare pipeline")
     bare_pids = {name: pid for name, pid in pids.items() if name.startswith("bare_")}
     cpu_before = {name: cpu_seconds(pid) for name, pid in bare_pids.items()}
     client_cpu_before = time.process_time()
