@@ -18,6 +18,14 @@ from support.fleet_harness import BIN, FLEET_FILE
 from support.ros_support import ChildProcesses
 from support.world_oracle import WorldOracle
 
+# A stop takes 0.2 s here, but about once in a CI run's many stops a thread serving a side
+# node stays in rclpy after the context's shutdown until the 5 s join deadline
+# (ros/node_main.SIDE_THREADS_JOIN_S), the upstream stop hang still open in issue 28: this
+# check's 5 s limit then fails by 0.2 s. One rerun, as for the fleet stops.
+test_conformance_shutdown_aborts_a_running_command_promptly = pytest.mark.flaky(reruns=1)(
+    test_conformance_shutdown_aborts_a_running_command_promptly  # noqa: F405 - the kit's
+)
+
 # 40 m at an AMR's 1.5 m/s is ~27 simulated seconds: 2.7 s at this scale, long enough to
 # catch the command running; short moves take a few ms.
 TIME_SCALE = 0.1
