@@ -771,10 +771,18 @@ def run(
     if not zero_loss:
         raise SystemExit(f"loss: {lost} commands without a side effect, {doubled} doubled")
     restart_orchestrator(bench, children, pids, respawn=respawn, robots=robots, scratch=scratch)
+    # Only now the bare pipeline: beside the fleet its start-up took half the two cores
+    # from the fleet's start-up, and during the other phases it would skew them. It is
+    # warmed through every robot's path before it is measured.
     start_bare()
     pids.update({name: child.pid for name, child in children.items()})
-    ceiling = bare_ceiling(bench, options, targets, pids)
-    print(f"throughput_fraction_of_bare_ceiling={count / elapsed / ceiling:.3f}")
+    try:
+        ceiling = bare_ceiling(bench, options, targets, pids)
+    except SystemExit as failure:  # the fleet's figures stand without it
+        print(f"bare_ceiling_unavailable={failure}")
+        ceiling = 0.0
+    if ceiling:
+        print(f"throughput_fraction_of_bare_ceiling={count / elapsed / ceiling:.3f}")
     for phase, size in enumerate(options.scaling, start=1):
         scaling_phase(bench, options, robots, pids, scratch, phase=phase, size=size)
     if options.scaling:
@@ -1085,7 +1093,7 @@ def warm_bare_pipeline(bench: Bench, robots: list[str], label: str) -> None:
     comes back: the bare pipeline has no retries, and a message sent before its topics
     are matched is lost, which in the measured run would be a command that never ends."""
     pending = set(robots)
-    deadline = time.monotonic() + 300.0
+    deadline = time.monotonic() + 900.0
     for round_ in itertools.count():
         keys = {robot: f"{label}-probe-{round_}-{robot}" for robot in pending}
         bench.call_many(
