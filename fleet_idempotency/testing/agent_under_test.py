@@ -261,12 +261,15 @@ class AgentUnderTest:
     def answer(self, key: str, matches: Callable[[Any], bool], what: str) -> Any:
         return self.wait(lambda: next((r for r in self.answers(key) if matches(r)), None), what)
 
+    def _published_final(self, key: str) -> Any | None:
+        """The key's final result as executed (not a replay), if one was heard."""
+        return next(
+            (r for r in self.answers(key) if r.state in FINAL_STATES and not r.replayed), None
+        )
+
     def final(self, key: str, timeout_s: float = ANSWER_TIMEOUT_S) -> Any:
         return self.wait(
-            lambda: next(
-                (r for r in self.answers(key) if r.state in FINAL_STATES and not r.replayed),
-                None,
-            ),
+            lambda: self._published_final(key),
             f"the final result of {key!r}",
             timeout_s=timeout_s,
         )
@@ -280,10 +283,7 @@ class AgentUnderTest:
         asked_at = [0.0]
 
         def settled() -> Any:
-            published = next(
-                (r for r in self.answers(key) if r.state in FINAL_STATES and not r.replayed),
-                None,
-            )
+            published = self._published_final(key)
             if published is not None:
                 return published
             if pending and pending[-1].done():
