@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,6 +36,7 @@ READY_TIMEOUT_S = 90.0
 EXIT_TIMEOUT_S = 60.0
 # A clean stop takes ~1 s; past this the still-running nodes' stacks are saved.
 SLOW_STOP_S = 3.0
+BACKSTOP_LINE = "teardown did not finish"
 
 
 def http_ready(port: int) -> bool:
@@ -90,6 +92,17 @@ def dump_stacks(launch_pid: int, into: Path) -> None:
                 continue  # exited meanwhile
             sink.write(f"--- {pid} {command.decode(errors='replace')}\n")
             sink.flush()
+            # py-spy shows Python threads only; a hang inside DDS waits on one of its own.
+            if shutil.which("gdb"):
+                sink.write(f"--- {pid}: every thread, native (gdb)\n")
+                sink.flush()
+                subprocess.run(
+                    ["gdb", "-p", pid, "-batch", "-ex", "thread apply all bt"],
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                    timeout=60,
+                    check=False,
+                )
             subprocess.run(
                 [str(spy), "dump", "--native", "--pid", pid],
                 stdout=sink,
@@ -111,7 +124,7 @@ def main() -> None:
         sys.exit("no ros2 CLI here: run scripts/setup.sh --test with ../shared beside the repo")
     launch_codes: collections.Counter[int] = collections.Counter()
     node_codes: collections.Counter[int] = collections.Counter()
-    dirty = 0
+    dirty = backstops = 0
     root = Path(tempfile.mkdtemp(prefix="bench_launch_sigint_"))
     for run in range(1, options.runs + 1):
         work = root / f"run{run:02d}"
@@ -120,17 +133,19 @@ def main() -> None:
         launch_codes[outcome.returncode] += 1
         node_codes.update(e.code for e in outcome.exits)
         dirty += not outcome.clean
-        print(f"run {run:2d}: {outcome.summary()}", flush=True)
+        # A node whose DDS participant teardown deadlocked (ros/teardown_backstop.py).
+        backstopped = (work / "launch.log").read_text(errors="replace").count(BACKSTOP_LINE)
+        backstops += backstopped
+        print(f"run {run:2d}: {outcome.summary()}; teardown backstops {backstopped}", flush=True)
         for line in outcome.problems[:10]:
             print(f"    {line}")
     print(f"runs={options.runs}")
     print(f"launch_exit_codes={dict(launch_codes)}")
     print(f"node_exit_codes={dict(node_codes)}")
     print(f"dirty_runs={dirty}")
+    print(f"teardown_backstops={backstops}")
     print(f"logs={root}" if options.keep else "logs=removed (--keep to keep them)")
     if not options.keep:
-        import shutil
-
         shutil.rmtree(root, ignore_errors=True)
 
 

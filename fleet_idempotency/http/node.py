@@ -56,6 +56,7 @@ from fleet_idempotency.ros.qos import (
     drop_default_event_handlers,
 )
 from fleet_idempotency.ros.side_thread import start_serving_thread
+from fleet_idempotency.ros.teardown_backstop import participant_teardown_backstop
 from fleet_idempotency.srv import CheckKey, GetWorldState, SubmitCommand
 from fleet_idempotency.store.errors import InvalidRequest
 from fleet_idempotency.store.fingerprint import parse_json
@@ -429,8 +430,9 @@ def main(args: list[str] | None = None) -> None:
         for spinner in spinners:
             spinner.join(timeout=5.0)
         if node is not None:
-            node.calls.destroy_node()
-            node.destroy_node()
+            with participant_teardown_backstop("http_api"):
+                node.calls.destroy_node()
+                node.destroy_node()
         rclpy.try_shutdown()
 
 

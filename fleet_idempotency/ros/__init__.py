@@ -7,6 +7,8 @@
 - ``stop_signals``: SIGINT/SIGTERM stop a node once and cleanly (no rclpy import).
 - ``guard``: exception barriers for every callback (no rclpy import).
 - ``parent_watch``: a node started by ``fleet-idem`` exits when it dies (no rclpy import).
+- ``teardown_backstop``: a DDS participant teardown that deadlocks ends in exit 0 (no
+  rclpy import).
 - ``fleet_client``: a client of the fleet's API, as a warehouse system would use it.
 - ``dds_isolation``: keep one run's DDS traffic away from other runs on the same machine
   (no rclpy import).

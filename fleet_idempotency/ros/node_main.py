@@ -34,6 +34,7 @@ from fleet_idempotency.ros import stop_signals
 from fleet_idempotency.ros.parent_watch import arm_shutdown_deadline, watch_parent
 from fleet_idempotency.ros.side_thread import join_serving_threads, serve_events
 from fleet_idempotency.ros.stop_signals import run_before_stop
+from fleet_idempotency.ros.teardown_backstop import participant_teardown_backstop
 from fleet_idempotency.store import StoreError
 
 # Errors a user can fix (a bad fleet file, a store from elsewhere, an unusable backend,
@@ -125,12 +126,15 @@ def run_nodes(
             raise
     finally:
         arm_shutdown_deadline()
-        # Side executors first, out of rclpy: destroy_node busy-waits in C++ with the GIL
-        # held for DDS callbacks in progress, which a serving thread may hold up.
+        # Side executors first, out of rclpy, then every node's own shutdown (stores
+        # closed), and only then the nodes: the last one takes the DDS participant with
+        # it, a teardown Fast DDS can deadlock in (teardown_backstop).
         rclpy.try_shutdown()
         join_serving_threads(SIDE_THREADS_JOIN_S)
         for node in nodes:
             shutdown = getattr(node, "shutdown", None)
             if shutdown is not None:
                 shutdown()
-            node.destroy_node()
+        with participant_teardown_backstop(name):
+            for node in nodes:
+                node.destroy_node()
