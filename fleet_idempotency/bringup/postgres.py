@@ -48,6 +48,18 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def runuser_path() -> str:
+    """util-linux's runuser, which lives in sbin: not on every root PATH (``env -i``, cron,
+    a CI runner's minimal environment)."""
+    found = shutil.which("runuser") or next(
+        (path for path in ("/usr/sbin/runuser", "/sbin/runuser") if os.access(path, os.X_OK)),
+        None,
+    )
+    if found is None:
+        raise PostgresUnavailable("runuser (util-linux) is needed to run PostgreSQL as root")
+    return found
+
+
 class LocalPostgres:
     """``with LocalPostgres() as db: db.url`` — started on enter, stopped and removed on exit."""
 
@@ -67,7 +79,7 @@ class LocalPostgres:
     def _run(self, *command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         argv = [str(self.binaries / command[0]), *command[1:]]
         if self._run_as is not None:
-            argv = ["runuser", "-u", self._run_as, "--", *argv]
+            argv = [runuser_path(), "-u", self._run_as, "--", *argv]
         return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=120)
 
     def start(self) -> Self:

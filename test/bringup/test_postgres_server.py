@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 import psycopg
+import pytest
 
 from fleet_idempotency.bringup.postgres import LocalPostgres
 
@@ -27,3 +30,13 @@ def test_each_test_gets_an_empty_database_of_its_own(postgres_url: str) -> None:
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
         ).fetchone()
     assert tables == (0,)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runuser is used only when running as root")
+def test_a_root_whose_path_lacks_sbin_still_starts_the_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # env -i, cron and minimal CI runners give root a PATH without /usr/sbin, runuser's home.
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    with LocalPostgres() as server, psycopg.connect(server.url) as connection:
+        assert connection.execute("SELECT 1").fetchone() == (1,)
