@@ -50,11 +50,12 @@ pytestmark = [
     pytest.mark.timeout(600),
 ]
 ROBOTS = 6
-# About 1 fleet stop in 20, one node's exit hits the 10 s shutdown deadline (-14): rclpy's
-# destroy_node busy-waits in Fast DDS (DomainParticipant::set_listener) with the GIL held
-# while every peer leaves at once. Not fixed here (issue 28 report); one rerun keeps the
-# exit-0 assertion strict without making CI red on it.
-UPSTREAM_DESTROY_HANG = pytest.mark.flaky(reruns=1)
+# A fleet stop used to end one node in ~200-500 at the 10 s shutdown deadline (-14): Fast
+# DDS's participant teardown deadlocks when a discovery callback is in progress. Such a
+# node now exits 0 after 3 s (ros/teardown_backstop.py). The one rerun stays for the other,
+# unexplained stall seen once in CI (a serving thread in rclpy until the 5 s join deadline,
+# test_conformance_simulated.py), which would fail this run's timing, not its exit codes.
+RERUN_ONCE_ON_A_STALLED_STOP = pytest.mark.flaky(reruns=1)
 
 
 @pytest.fixture
@@ -85,7 +86,7 @@ def run_launch_test(checks: str, arguments: list[str], env: dict[str, str], log:
     assert result.returncode == 0, f"launch_test {checks} exited {result.returncode}:\n{output}"
 
 
-@UPSTREAM_DESTROY_HANG
+@RERUN_ONCE_ON_A_STALLED_STOP
 def test_fleet_launch_serves_submits_respawns_and_stops_cleanly(
     launch_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -109,7 +110,7 @@ def test_robot_launch_alone_waits_for_world_and_orchestrator(
     )
 
 
-@UPSTREAM_DESTROY_HANG
+@RERUN_ONCE_ON_A_STALLED_STOP
 def test_ctrl_c_stops_launch_and_every_node_with_exit_code_0(
     launch_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -40,11 +40,12 @@ STEPS = (
     "ros2 launch fleet_idempotency fleet.launch.py speed:=20",
 )
 ROBOTS = 6
-# About 1 fleet stop in 20, one node's exit hits the 10 s shutdown deadline (-14): rclpy's
-# destroy_node busy-waits in Fast DDS (DomainParticipant::set_listener) with the GIL held
-# while every peer leaves at once. Not fixed here (see test_launch.py); one rerun keeps the
-# exit-0 assertion strict without making CI red on it.
-UPSTREAM_DESTROY_HANG = pytest.mark.flaky(reruns=1)
+# A fleet stop used to end one node in ~200-500 at the 10 s shutdown deadline (-14): Fast
+# DDS's participant teardown deadlocks when a discovery callback is in progress. Such a
+# node now exits 0 after 3 s (ros/teardown_backstop.py). The one rerun stays for the other,
+# unexplained stall seen once in CI (a serving thread in rclpy until the 5 s join deadline,
+# test_conformance_simulated.py), which would fail this run's timing, not its exit codes.
+RERUN_ONCE_ON_A_STALLED_STOP = pytest.mark.flaky(reruns=1)
 
 
 def readme_steps() -> list[str]:
@@ -60,7 +61,7 @@ def test_the_readme_lists_the_steps_this_test_runs() -> None:
         assert step in lines, f"README's For ROS users no longer says {step!r}"
 
 
-@UPSTREAM_DESTROY_HANG
+@RERUN_ONCE_ON_A_STALLED_STOP
 def test_readme_steps_build_launch_serve_and_stop_cleanly(
     colcon_workspace: ColconWorkspace, ros_env: dict[str, str], tmp_path: Path
 ) -> None:
