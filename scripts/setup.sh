@@ -52,6 +52,8 @@ command -v git >/dev/null 2>&1 || missing_debian+=(git)
 # The VDA 5050 backend's tests start a throwaway MQTT broker from Debian's mosquitto
 # (mosquitto_passwd is in the same package).
 [ "$with_tests" = 1 ] && ! command -v mosquitto >/dev/null 2>&1 && ! [ -x /usr/sbin/mosquitto ] && missing_debian+=(mosquitto)
+# The participant-teardown test forces Fast DDS's deadlock with gdb (bench/repro_participant_teardown.py).
+[ "$with_tests" = 1 ] && ! command -v gdb >/dev/null 2>&1 && missing_debian+=(gdb)
 if [ ${#missing_debian[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         say "installing Debian packages: ${missing_debian[*]}"

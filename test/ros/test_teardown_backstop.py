@@ -1,18 +1,23 @@
 """A DDS participant's teardown that deadlocks with the GIL held ends in exit 0, with the
 reason printed, once the node's own shutdown has finished (ros/teardown_backstop.py).
 
-The Fast DDS deadlock itself needs a discovery callback in progress at one instant
-(``bench/repro_participant_teardown.py`` forces it with gdb); here the teardown is made
-to block in native code holding the GIL, which is what that deadlock looks like to the
-process: no Python thread runs again. Real processes, real signals.
+The Fast DDS deadlock itself needs a discovery callback in progress at one instant: the
+last test forces it with gdb (``bench/repro_participant_teardown.py``), against the real
+Fast DDS; the others make the teardown block in native code holding the GIL, which is
+what that deadlock looks like to the process: no Python thread runs again. Real
+processes, real signals.
 """
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
 
+import pytest
+
+from support.paths import REPO
 from support.ros_support import ChildProcesses, wait_for
 
 # Blocks for good in C with the GIL held: ctypes.PyDLL does not release it.
@@ -90,3 +95,26 @@ def test_a_node_whose_participant_teardown_hangs_exits_0_after_its_own_shutdown(
     assert children.kill("stuck", signal.SIGINT) == 0, children.log("stuck")
     log = children.log("stuck")
     assert log.index("own shutdown finished") < log.index("teardown did not finish in 3 s")
+
+
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="needs gdb (setup.sh --test installs it)")
+def test_the_real_fast_dds_teardown_deadlock_hangs_without_the_backstop_and_not_with_it() -> None:
+    forced = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "repro_participant_teardown.py"), "--runs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    rows = {
+        line.split()[0]: line.split()
+        for line in forced.stdout.splitlines()
+        if line.startswith(("plain ", "backstop "))
+    }
+    # Columns: variant, run, exit, seconds after release, spin seen, output.
+    assert rows["plain"][4] == "True", forced.stdout  # the race was forced
+    assert rows["plain"][2] == "SIGALRM", forced.stdout  # Fast DDS deadlocked
+    assert rows["backstop"][4] == "True", forced.stdout
+    assert rows["backstop"][2] == "0", forced.stdout
+    assert "eProsima/Fast-DDS#6513" in forced.stdout
