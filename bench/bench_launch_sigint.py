@@ -80,7 +80,8 @@ def one_run(work: Path, speed: str, presses: int) -> LaunchOutcome:
 
 
 def dump_stacks(launch_pid: int, into: Path) -> None:
-    """Every still-running child's threads (py-spy), for a stop slower than it should be."""
+    """Every still-running child's threads (gdb: native, all; py-spy: Python), for a stop
+    slower than it should be."""
     spy = Path(sys.executable).with_name("py-spy")
     children = Path(f"/proc/{launch_pid}/task/{launch_pid}/children")
     pids = children.read_text().split() if children.exists() else []
