@@ -27,6 +27,8 @@ from fleet_idempotency.bringup.launch_run import PROBLEM, Ros2Launch, fleet_up, 
 from fleet_idempotency.bringup.plan import RESPAWN_DELAY_S
 from fleet_idempotency.http.ports import available_port
 
+from support.ros_support import RERUN_ONCE_ON_A_STALLED_STOP
+
 CHECKS = Path(__file__).resolve().parent / "launch_checks"
 LAUNCH_TEST = Path(sys.executable).with_name("launch_test")
 MISSING = [
@@ -50,12 +52,6 @@ pytestmark = [
     pytest.mark.timeout(600),
 ]
 ROBOTS = 6
-# A fleet stop used to end one node in ~200-500 at the 10 s shutdown deadline (-14): Fast
-# DDS's participant teardown deadlocks when a discovery callback is in progress. Such a
-# node now exits 0 after 3 s (ros/teardown_backstop.py). The one rerun stays for the other,
-# unexplained stall seen once in CI (a serving thread in rclpy until the 5 s join deadline,
-# test_conformance_simulated.py), which would fail this run's timing, not its exit codes.
-RERUN_ONCE_ON_A_STALLED_STOP = pytest.mark.flaky(reruns=1)
 
 
 @pytest.fixture

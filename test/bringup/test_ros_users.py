@@ -23,6 +23,7 @@ from fleet_idempotency.http.ports import available_port
 
 from support.colcon_workspace import VENV, ColconWorkspace
 from support.paths import REPO
+from support.ros_support import RERUN_ONCE_ON_A_STALLED_STOP
 
 pytestmark = [
     pytest.mark.skipif(
@@ -40,12 +41,6 @@ STEPS = (
     "ros2 launch fleet_idempotency fleet.launch.py speed:=20",
 )
 ROBOTS = 6
-# A fleet stop used to end one node in ~200-500 at the 10 s shutdown deadline (-14): Fast
-# DDS's participant teardown deadlocks when a discovery callback is in progress. Such a
-# node now exits 0 after 3 s (ros/teardown_backstop.py). The one rerun stays for the other,
-# unexplained stall seen once in CI (a serving thread in rclpy until the 5 s join deadline,
-# test_conformance_simulated.py), which would fail this run's timing, not its exit codes.
-RERUN_ONCE_ON_A_STALLED_STOP = pytest.mark.flaky(reruns=1)
 
 
 def readme_steps() -> list[str]:

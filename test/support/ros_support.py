@@ -18,6 +18,13 @@ from fleet_idempotency.testing.agent_under_test import ConformanceFailure, wait_
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 20.0
+# For tests that stop nodes and check how: one rerun, for the stall seen about once in a CI
+# run (a thread serving a side node stays in rclpy after the context's shutdown until the
+# 5 s join deadline, ros/node_main.SIDE_THREADS_JOIN_S; cause not found), which fails a
+# stop's timing, not its exit code. Fast DDS's participant-teardown deadlock, which used to
+# end about one node stop in 200-500 at -14, no longer needs it: such a node exits 0
+# after 3 s (ros/teardown_backstop.py).
+RERUN_ONCE_ON_A_STALLED_STOP = pytest.mark.flaky(reruns=1)
 
 
 def wait_for(
