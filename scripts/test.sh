@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything (scripts/setup.sh --test), then run the static checks and the tests.
-# Extra arguments go to pytest, e.g.  scripts/test.sh -k store -x
+# Extra arguments go to pytest, e.g.  scripts/test.sh -k store -x   (-n 0: one at a time)
+# Environment: FLEET_IDEM_TEST_WORKERS, parallel pytest workers (default: twice the cores;
+# the tests mostly wait for processes and DDS, and each runs on its own DDS domain).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,9 +32,11 @@ if [ "$with_plugin" != "$without_plugin" ]; then
     exit 1
 fi
 say "collected $(printf '%s\n' "$with_plugin" | grep -c .) tests either way"
-say "pytest"
+workers=${FLEET_IDEM_TEST_WORKERS:-$(($(nproc) * 2))}
+say "pytest on $workers workers"
 status=0
-"$venv/bin/pytest" "$@" || status=$?
+# loadgroup: tests sharing a module fixture or a session build run on one worker (conftest).
+"$venv/bin/pytest" -n "$workers" --dist loadgroup --durations=15 "$@" || status=$?
 if [ "$status" = 5 ]; then
     say "pytest collected no tests (exit 5): nothing selected, nothing failed"
     status=0

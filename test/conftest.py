@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from fleet_idempotency.http.ports import PortLease
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 
 if TYPE_CHECKING:
@@ -32,11 +33,43 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.pop("ROS_LOCALHOST_ONLY", None)
 
 
+# Session fixtures too costly to build on every parallel worker (a colcon build: ~1 min).
+BUILT_ONCE = frozenset({"colcon_workspace"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """For parallel runs (scripts/test.sh: pytest-xdist, ``--dist loadgroup``): tests that
+    share a module-scoped fixture, or a session build, go to one worker, which builds it
+    once; long tests go first, so that no worker is left with one at the end."""
+    for item in items:
+        fixture_defs = getattr(item, "_fixtureinfo", None)
+        if fixture_defs is None:
+            continue
+        shared = sorted(BUILT_ONCE.intersection(item.fixturenames))
+        if not shared and any(
+            definition.scope in ("module", "class", "package")
+            for definitions in fixture_defs.name2fixturedefs.values()
+            for definition in definitions
+        ):
+            shared = [item.nodeid.split("::", 1)[0]]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+
+
 @pytest.fixture
 def ros_domain() -> Iterator[int]:
     """A DDS domain id no other test or concurrent run is using."""
     with lease_domain_id() as domain_id:
         yield domain_id
+
+
+@pytest.fixture
+def free_port() -> Iterator[int]:
+    """A localhost TCP port for a server this test starts, leased from every other test and
+    run of this package (parallel workers) until the test ends."""
+    with PortLease("127.0.0.1") as lease:
+        yield lease.port
 
 
 @pytest.fixture

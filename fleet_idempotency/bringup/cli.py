@@ -35,14 +35,20 @@ from fleet_idempotency.bringup.plan import (
     PASSWORD_VARIABLE,
     http_url,
     launch_plan,
+    system_tools_needed,
     time_scale_for_speed,
     vda5050_robots,
     with_broker,
 )
 from fleet_idempotency.bringup.processes import FleetProcesses
+from fleet_idempotency.bringup.system_tools import (
+    MissingSystemTool,
+    SystemTool,
+    ensure_installed,
+)
 from fleet_idempotency.description.fleet import FleetConfig, FleetConfigError, load_fleet
 from fleet_idempotency.description.resources import default_demo_fleet_file, default_fleet_file
-from fleet_idempotency.http.ports import available_port
+from fleet_idempotency.http.ports import PortLease
 from fleet_idempotency.protocol import EXIT_STARTUP_ERROR
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 from fleet_idempotency.ros.fleet_client import FleetClient, NoAnswer
@@ -201,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     # still stop the fleet cleanly.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        # Before anything starts: a missing broker or database is one line, not a traceback.
+        ensure_installed(system_tools_of(options))
         if options.command == "demo":
             return _demo(options)
         if options.command == "keys":
@@ -211,9 +219,26 @@ def main(argv: list[str] | None = None) -> int:
     except FleetConfigError as error:
         print(f"fleet-idem: {error}", file=sys.stderr)
         return 2
+    except MissingSystemTool as error:
+        print(f"fleet-idem {options.command}: {error}", file=sys.stderr)
+        return EXIT_STARTUP_ERROR
     except KeyboardInterrupt:
         print("fleet-idem: interrupted; every process it started has been stopped", file=sys.stderr)
         return 130
+
+
+def system_tools_of(options: argparse.Namespace) -> list[SystemTool]:
+    """The programs from Debian packages that this command starts beside the fleet."""
+    if options.command == "demo":
+        return system_tools_needed(
+            load_fleet(options.fleet or default_demo_fleet_file()),
+            local_database=options.replicas > 1 and options.store_url is None,
+        )
+    if options.command == "up":
+        return system_tools_needed(
+            load_fleet(options.fleet or default_fleet_file()), local_database=False
+        )
+    return []
 
 
 def _demo(options: argparse.Namespace) -> int:
@@ -250,7 +275,15 @@ def _up(options: argparse.Namespace) -> int:
     fleet_file = options.fleet or default_fleet_file()
     fleet = load_fleet(fleet_file)
     store_dir = options.store_dir or Path(tempfile.mkdtemp(prefix="fleet-idem-up-"))
-    with contextlib.ExitStack() as stack, lease_domain_id() as domain_id:
+    with (
+        contextlib.ExitStack() as stack,
+        lease_domain_id() as domain_id,
+        PortLease(
+            fleet.http.host,
+            options.http_port or fleet.http.port,
+            exact=options.http_port is not None,
+        ) as http_port,
+    ):
         env = isolated_environment(domain_id)
         if vda5050_robots(fleet):
             fleet_file, fleet = _with_local_broker(stack, fleet, store_dir, env)
@@ -280,7 +313,7 @@ def _up(options: argparse.Namespace) -> int:
                 time_scale=time_scale_for_speed(options.speed),
                 keyring_dir=keyring_dir,
                 with_http=not options.no_http,
-                http_port=options.http_port or available_port(fleet.http.host, fleet.http.port),
+                http_port=http_port.port,
             )
             processes.start_plan(
                 plan,

@@ -54,7 +54,7 @@ from fleet_idempotency.bringup.postgres import LocalPostgres
 from fleet_idempotency.bringup.processes import FleetProcesses, Restart
 from fleet_idempotency.bringup.report import RunFigures, check_invariants, render
 from fleet_idempotency.description.fleet import FaultSettings, FleetConfig, load_fleet
-from fleet_idempotency.http.ports import available_port
+from fleet_idempotency.http.ports import PortLease
 from fleet_idempotency.orchestrator.core import robot_key
 from fleet_idempotency.orchestrator.journal import needless_sends
 from fleet_idempotency.orchestrator.postgres_leases import PostgresLeaseTable
@@ -211,7 +211,14 @@ class Demo:
             f"{'on' if self.options.faults else 'off'}; logs and stores in "
             f"{self.store_dir}"
         )
-        with lease_domain_id() as domain_id:
+        with (
+            lease_domain_id() as domain_id,
+            PortLease(
+                fleet.http.host,
+                self.options.http_port or fleet.http.port,
+                exact=self.options.http_port is not None,
+            ) as http_port,
+        ):
             env = isolated_environment(domain_id)
             env["FLEET_IDEM_API_KEYS"] = f"{CLIENT_ID}={self._api_key}"
             self._announce_broker(fleet, env)
@@ -235,8 +242,7 @@ class Demo:
                     store_dir=self.store_dir,
                     keyring_dir=keyring_dir,
                     with_http=self.options.http,
-                    http_port=self.options.http_port
-                    or available_port(fleet.http.host, fleet.http.port),
+                    http_port=http_port.port,
                     replicas=self.options.replicas,
                     store_url=self._store_url,
                 )

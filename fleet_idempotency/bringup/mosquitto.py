@@ -21,35 +21,19 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from fleet_idempotency.http.ports import available_port
+from fleet_idempotency.bringup.system_tools import MOSQUITTO, MOSQUITTO_PASSWD
+from fleet_idempotency.http.ports import PortLease
 
 _START_TIMEOUT_S = 20.0
 _STOP_TIMEOUT_S = 10.0
-# Debian installs the broker in /usr/sbin, which an unprivileged PATH often lacks.
-_SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"])
 
 
 class MosquittoUnavailable(RuntimeError):
-    """No mosquitto binaries here, or the broker would not start."""
-
-
-def find_binary(name: str) -> Path:
-    found = shutil.which(name, path=_SEARCH_PATH)
-    if found is None:
-        raise MosquittoUnavailable(
-            f"no {name!r} binary (Debian: apt-get install mosquitto); "
-            "scripts/setup.sh --test installs it"
-        )
-    return Path(found)
+    """The broker would not start (a missing package is ``MissingSystemTool``)."""
 
 
 def mosquitto_available() -> bool:
-    try:
-        find_binary("mosquitto")
-        find_binary("mosquitto_passwd")
-    except MosquittoUnavailable:
-        return False
-    return True
+    return MOSQUITTO.available() and MOSQUITTO_PASSWD.available()
 
 
 class LocalMosquitto:
@@ -62,8 +46,8 @@ class LocalMosquitto:
     def __init__(self, *, username: str = "", password: str = "", root: Path | None = None) -> None:
         if bool(username) != bool(password):
             raise ValueError("give both a username and a password, or neither")
-        self.binary = find_binary("mosquitto")
-        self._passwd_binary = find_binary("mosquitto_passwd") if username else None
+        self.binary = MOSQUITTO.find()
+        self._passwd_binary = MOSQUITTO_PASSWD.find() if username else None
         self.username = username
         self.password = password
         self._owns_root = root is None
@@ -72,6 +56,7 @@ class LocalMosquitto:
         self.password_file = self.root / "passwd"
         self.log_file = self.root / "broker.log"
         self.port = 0
+        self._port_lease: PortLease | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
     # --- life cycle -------------------------------------------------------------------------
@@ -84,12 +69,15 @@ class LocalMosquitto:
             self._write_password_file()
         last_error = ""
         for _attempt in range(5):
-            self.port = available_port("127.0.0.1", 0)
+            # Leased until close(): a restart finds its port still free of our other runs.
+            self._port_lease = PortLease(self.host)
+            self.port = self._port_lease.port
             self._write_config()
             try:
                 self._launch()
                 return self
             except MosquittoUnavailable as error:  # the port was taken meanwhile: try another
+                self._port_lease.release()
                 last_error = str(error)
         raise MosquittoUnavailable(last_error)
 
@@ -192,6 +180,8 @@ class LocalMosquitto:
 
     def close(self) -> None:
         self.stop()
+        if self._port_lease is not None:
+            self._port_lease.release()
         if self._owns_root:
             shutil.rmtree(self.root, ignore_errors=True)
 

@@ -13,6 +13,12 @@ from typing import Any
 
 import yaml
 
+from fleet_idempotency.bringup.system_tools import (
+    MOSQUITTO,
+    MOSQUITTO_PASSWD,
+    POSTGRES,
+    SystemTool,
+)
 from fleet_idempotency.description.agent_parameters import (
     ParameterValue,
     agent_namespace,
@@ -97,6 +103,13 @@ def agent_node(
 
 def vda5050_robots(fleet: FleetConfig) -> list[RobotSpec]:
     return [robot for robot in fleet.robots if robot.backend == VDA5050_BACKEND]
+
+
+def system_tools_needed(fleet: FleetConfig, *, local_database: bool) -> list[SystemTool]:
+    """The programs from Debian packages that ``demo``/``up`` start beside the fleet's nodes:
+    a throwaway broker for its VDA 5050 vehicles, a throwaway database for replicas."""
+    tools = [MOSQUITTO, MOSQUITTO_PASSWD] if vda5050_robots(fleet) else []
+    return [*tools, POSTGRES] if local_database else tools
 
 
 def with_broker(

@@ -8,7 +8,6 @@ Nothing here is for production: trust authentication, loopback only.
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import socket
@@ -18,6 +17,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+
+from fleet_idempotency.bringup.system_tools import POSTGRES
 
 DATABASE = "fleet_idem"
 SUPERUSER = "fleet_idem"
@@ -30,16 +31,10 @@ class PostgresUnavailable(RuntimeError):
 
 def find_binaries() -> Path:
     """The folder holding ``initdb``, ``pg_ctl`` and ``postgres`` (newest version first)."""
-    for candidate in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
-        if (Path(candidate) / "postgres").exists() and (Path(candidate) / "initdb").exists():
-            return Path(candidate)
-    on_path = shutil.which("postgres")
-    if on_path and shutil.which("initdb") and shutil.which("pg_ctl"):
-        return Path(on_path).resolve().parent
-    raise PostgresUnavailable(
-        "no PostgreSQL server binaries (Debian: apt-get install postgresql); "
-        "scripts/setup.sh --test installs them"
-    )
+    folder = POSTGRES.find().resolve().parent
+    if not all(os.access(folder / tool, os.X_OK) for tool in ("initdb", "pg_ctl")):
+        raise PostgresUnavailable(f"{folder} has postgres but not initdb and pg_ctl")
+    return folder
 
 
 def free_port() -> int:

@@ -66,12 +66,17 @@ def test_an_agent_without_its_world_waits_serves_and_refuses_then_runs(
 
 
 def test_nodes_start_in_any_order(
-    ros_context: Any, ros_env: dict[str, str], children: ChildProcesses, tmp_path: Path
+    ros_context: Any,
+    ros_env: dict[str, str],
+    children: ChildProcesses,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     """HTTP API, then orchestrator, then agent, then world: a submit made before the
     robot can act is held, not failed, and completes once everything is up."""
     fleet = harness(ros_context, ros_env, children, tmp_path)
     http = HttpServer(fleet)
+    request.addfinalizer(http.release_port)
     http.start(auth=False, ready=False)
     assert httpx.get(f"{http.base_url}/readyz", timeout=5).status_code == 503
     fleet.start_orchestrator()

@@ -25,7 +25,6 @@ import pytest
 
 from fleet_idempotency.bringup.launch_run import PROBLEM, Ros2Launch, fleet_up, ros2_executable
 from fleet_idempotency.bringup.plan import RESPAWN_DELAY_S
-from fleet_idempotency.http.ports import available_port
 
 from support.ros_support import RERUN_ONCE_ON_A_STALLED_STOP
 
@@ -84,9 +83,9 @@ def run_launch_test(checks: str, arguments: list[str], env: dict[str, str], log:
 
 @RERUN_ONCE_ON_A_STALLED_STOP
 def test_fleet_launch_serves_submits_respawns_and_stops_cleanly(
-    launch_env: dict[str, str], tmp_path: Path
+    launch_env: dict[str, str], tmp_path: Path, free_port: int
 ) -> None:
-    port = available_port("127.0.0.1", 0)
+    port = free_port
     run_launch_test(
         "fleet_checks.py",
         [f"store_dir:={tmp_path / 'stores'}", f"http_port:={port}"],
@@ -108,9 +107,9 @@ def test_robot_launch_alone_waits_for_world_and_orchestrator(
 
 @RERUN_ONCE_ON_A_STALLED_STOP
 def test_ctrl_c_stops_launch_and_every_node_with_exit_code_0(
-    launch_env: dict[str, str], tmp_path: Path
+    launch_env: dict[str, str], tmp_path: Path, free_port: int
 ) -> None:
-    port = available_port("127.0.0.1", 0)
+    port = free_port
     arguments = [
         "fleet_idempotency",
         "fleet.launch.py",

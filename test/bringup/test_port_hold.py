@@ -16,7 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from fleet_idempotency.bringup.port_hold import PortHold, udp_ports
+from fleet_idempotency.bringup.port_hold import PortHold, is_dds_multicast_port, udp_ports
 from fleet_idempotency.bringup.processes import FleetProcesses
 
 from support.ros_support import wait_for
@@ -49,12 +49,13 @@ CHILD_ON_PORT = textwrap.dedent(
 
 
 def _free_port_pair() -> int:
-    """A port that is free, with the next one free too."""
+    """A port that is free, with the next one free too; never a port the hold leaves alone
+    on purpose (a DDS multicast port: 2 in 250 of the ports the OS hands out are one)."""
     for _ in range(50):
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
             probe.bind(("0.0.0.0", 0))
             port = probe.getsockname()[1]
-        if _bindable(port) and _bindable(port + 1):
+        if not is_dds_multicast_port(port) and _bindable(port) and _bindable(port + 1):
             return port
     raise AssertionError("no two free neighbouring UDP ports")
 

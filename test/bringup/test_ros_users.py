@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from fleet_idempotency.bringup.launch_run import Ros2Launch, fleet_up
-from fleet_idempotency.http.ports import available_port
 
 from support.colcon_workspace import VENV, ColconWorkspace
 from support.paths import REPO
@@ -58,9 +57,9 @@ def test_the_readme_lists_the_steps_this_test_runs() -> None:
 
 @RERUN_ONCE_ON_A_STALLED_STOP
 def test_readme_steps_build_launch_serve_and_stop_cleanly(
-    colcon_workspace: ColconWorkspace, ros_env: dict[str, str], tmp_path: Path
+    colcon_workspace: ColconWorkspace, ros_env: dict[str, str], tmp_path: Path, free_port: int
 ) -> None:
-    port = available_port("127.0.0.1", 0)
+    port = free_port
     build, source, launch = STEPS
     # `build` ran once for the session (colcon_workspace), in the same shell set-up.
     assert build == "colcon build"

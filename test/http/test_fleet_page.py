@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from fleet_idempotency.bringup.system_tools import CHROMIUM, MissingSystemTool
+
 from support.fleet_harness import FleetHarness
 from support.http_harness import OPS_KEY, WMS_KEY, HttpServer, post_command
 from support.paths import REPO
 
-CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="Debian's chromium is not installed (scripts/setup.sh --test)"
-)
+pytestmark = pytest.mark.skipif(not CHROMIUM.available(), reason=str(MissingSystemTool(CHROMIUM)))
 
 
 def test_page_draws_the_map_robots_and_live_events(
@@ -44,7 +43,7 @@ def test_page_draws_the_map_robots_and_live_events(
 
     shot = tmp_path / "fleet_page.png"
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM.find()), headless=True)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 820})
             page.goto(f"{http_server.base_url}/#token={OPS_KEY}")

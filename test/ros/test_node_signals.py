@@ -22,7 +22,6 @@ from fleet_idempotency.bringup.launch_run import problem_lines
 from fleet_idempotency.bringup.plan import launch_plan
 from fleet_idempotency.bringup.processes import executable
 from fleet_idempotency.description.fleet import load_fleet
-from fleet_idempotency.http.ports import available_port
 from fleet_idempotency.ros.dds_isolation import isolated_environment, lease_domain_id
 
 from support.paths import FLEET_FILE
@@ -45,7 +44,7 @@ STOPS = ("sigint", "sigterm", "two_sigints", "sigint_while_loading", "sigint_whi
 EXIT_TIMEOUT_S = 8.0
 
 
-def argv_for(kind: str, store_dir: Path) -> list[str]:
+def argv_for(kind: str, store_dir: Path, http_port: int = 0) -> list[str]:
     if kind == "agent_host":
         return [
             executable("agent_host"),
@@ -63,7 +62,7 @@ def argv_for(kind: str, store_dir: Path) -> list[str]:
         fleet_file=FLEET_FILE,
         store_dir=store_dir,
         robots=["amr_1"],
-        http_port=available_port("127.0.0.1", 0),
+        http_port=http_port,
     )
     (spec,) = [s for s in plan if s.executable == kind]
     return [executable(kind), *spec.ros_arguments()]
@@ -111,10 +110,11 @@ def test_a_node_exits_0_without_a_traceback(
     ros_env: dict[str, str],
     children: ChildProcesses,
     tmp_path: Path,
+    free_port: int,
 ) -> None:
     # The world simulator gets a domain of its own, away from the one agents talk to.
     env = ros_env if kind == "world_simulator" else world_env
-    process = children.spawn(kind, argv_for(kind, tmp_path / "stores"), env)
+    process = children.spawn(kind, argv_for(kind, tmp_path / "stores", free_port), env)
     if stop.startswith("sigint_while"):
         wait_for(lambda: catches_sigterm(process.pid), what="the stop signals routed")
         if stop == "sigint_while_starting":

@@ -10,12 +10,13 @@ processes, real signals.
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
 
 import pytest
+
+from fleet_idempotency.bringup.system_tools import GDB, MissingSystemTool
 
 from support.paths import REPO
 from support.ros_support import ChildProcesses, wait_for
@@ -97,7 +98,7 @@ def test_a_node_whose_participant_teardown_hangs_exits_0_after_its_own_shutdown(
     assert log.index("own shutdown finished") < log.index("teardown did not finish in 3 s")
 
 
-@pytest.mark.skipif(shutil.which("gdb") is None, reason="needs gdb (setup.sh --test installs it)")
+@pytest.mark.skipif(not GDB.available(), reason=str(MissingSystemTool(GDB)))
 def test_the_real_fast_dds_teardown_deadlock_hangs_without_the_backstop_and_not_with_it() -> None:
     forced = subprocess.run(
         [sys.executable, str(REPO / "bench" / "repro_participant_teardown.py"), "--runs", "1"],

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from fleet_idempotency.http.ports import available_port
+from fleet_idempotency.http.ports import PortLease
 
 from support.fleet_harness import BIN, STARTUP_TIMEOUT_S, FleetHarness
 from support.paths import FLEET_FILE
@@ -25,11 +26,18 @@ class HttpServer:
         self.fleet = fleet
         self.port = 0
         self.base_url = ""
+        self._lease: PortLease | None = None
+
+    def release_port(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
 
     def start(self, *, auth: bool = True, ready: bool = True, **parameters: Any) -> None:
         """Start ``http_api``; wait until it serves and (``ready``) until it has matched
         the orchestrator's services, which discovery may take seconds to do."""
-        self.port = available_port("127.0.0.1", 0)
+        if self._lease is None:  # a restart keeps its port
+            self._lease = PortLease("127.0.0.1")
+        self.port = self._lease.port
         self.base_url = f"http://127.0.0.1:{self.port}"
         settings: dict[str, Any] = {
             "fleet_file": str(FLEET_FILE),
@@ -117,6 +125,8 @@ def wait_until_state(
 
 
 @pytest.fixture
-def http_server(fleet: FleetHarness) -> HttpServer:
+def http_server(fleet: FleetHarness) -> Iterator[HttpServer]:
     """A real http_api process in front of this test's fleet (started by the test)."""
-    return HttpServer(fleet)
+    server = HttpServer(fleet)
+    yield server
+    server.release_port()
