@@ -37,6 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
 BUILT_ONCE = frozenset({"colcon_workspace"})
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """For parallel runs (scripts/test.sh: pytest-xdist, ``--dist loadgroup``): tests that
     share a module-scoped fixture, or a session build, go to one worker, which builds it
