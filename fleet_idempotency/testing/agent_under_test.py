@@ -27,6 +27,7 @@ T = TypeVar("T")
 # Agents start in a few seconds; a loaded CI machine can take many more.
 START_TIMEOUT_S = 60.0
 ANSWER_TIMEOUT_S = 30.0
+RESEND_S = 1.0
 FINAL_STATES = (3, 4, 5)  # COMPLETED, FAILED, INTERRUPTED (CommandResult.STATE_*)
 
 
@@ -88,6 +89,40 @@ def wait_until(
             spin(poll_s)
         else:
             time.sleep(poll_s)
+
+
+def ask(
+    client: Any,
+    request: Any,
+    what: str,
+    *,
+    spin: Callable[[float], None],
+    timeout_s: float = ANSWER_TIMEOUT_S,
+    resend_s: float = RESEND_S,
+) -> Any:
+    """A service's answer to ``request``, sent again every ``resend_s`` until one comes.
+
+    A response is lost when the server has not yet matched this client's response reader
+    (rmw_fastrtps waits 100 ms for that match, then drops the response): a single request
+    may then wait for ever, and a loaded machine sees it. For requests that may be repeated
+    (status checks, reads).
+    """
+    sent: list[tuple[Any, float]] = []
+
+    def answered() -> Any:
+        for future, _at in sent:
+            if future.done():
+                return future.result()
+        if client.service_is_ready() and (not sent or time.monotonic() - sent[-1][1] >= resend_s):
+            sent.append((client.call_async(request), time.monotonic()))
+        return None
+
+    try:
+        return wait_until(answered, what, timeout_s=timeout_s, spin=spin)
+    finally:
+        for future, _at in sent:
+            if not future.done():
+                client.remove_pending_request(future)
 
 
 class AgentUnderTest:
@@ -286,11 +321,13 @@ class AgentUnderTest:
             published = self._published_final(key)
             if published is not None:
                 return published
-            if pending and pending[-1].done():
-                answer = pending.pop().result()
+            for future in [f for f in pending if f.done()]:
+                pending.remove(future)
+                answer = future.result()
                 if answer is not None and answer.state in FINAL_STATES:
                     return answer
-            if not pending and time.monotonic() - asked_at[0] > 0.5:
+            # Asked again even while an earlier request is pending: its answer may be lost.
+            if time.monotonic() - asked_at[0] > 0.5:
                 asked_at[0] = time.monotonic()
                 pending.append(
                     self._check.call_async(self._check_type.Request(idempotency_key=key))
@@ -304,9 +341,12 @@ class AgentUnderTest:
                 self._check.remove_pending_request(future)
 
     def check_key(self, key: str, timeout_s: float = ANSWER_TIMEOUT_S) -> Any:
-        future = self._check.call_async(self._check_type.Request(idempotency_key=key))
-        return self.wait(
-            lambda: future.done() and future.result(), f"CheckKey {key!r}", timeout_s=timeout_s
+        return ask(
+            self._check,
+            self._check_type.Request(idempotency_key=key),
+            f"CheckKey {key!r}",
+            spin=lambda s: self.executor.spin_once(timeout_sec=s),
+            timeout_s=timeout_s,
         )
 
     def latest_status(self) -> Any:

@@ -22,7 +22,7 @@ from rclpy.node import Node
 
 from fleet_idempotency.srv import CheckKey
 
-from support.ros_support import ChildProcesses, wait_for
+from support.ros_support import ChildProcesses, ask_service, wait_for
 
 QUIET_NODE = """
 import json
@@ -87,8 +87,12 @@ def test_signals_other_than_stop_signals_leave_a_node_serving(
         wait_for(client.service_is_ready, executor=executor, what="the service")
         for _ in range(3):
             process.send_signal(signal.SIGCHLD)
-        answer = client.call_async(CheckKey.Request(client_id="c", idempotency_key="k"))
-        wait_for(answer.done, executor=executor, what="an answer after SIGCHLD")
+        ask_service(
+            client,
+            CheckKey.Request(client_id="c", idempotency_key="k"),
+            executor=executor,
+            what="an answer after SIGCHLD",
+        )
         assert process.poll() is None
         assert children.kill("quiet", signal.SIGTERM) == 0
     finally:

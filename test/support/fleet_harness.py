@@ -14,7 +14,7 @@ import pytest
 from fleet_idempotency.ros.qos import SERVICE_QOS, STATUS_QOS
 
 from support.paths import FLEET_FILE
-from support.ros_support import ChildProcesses, wait_for
+from support.ros_support import ChildProcesses, ask_service, wait_for
 
 BIN = Path(sys.prefix) / "bin"
 STARTUP_TIMEOUT_S = 45.0
@@ -237,9 +237,9 @@ class FleetHarness:
     def check_key(self, robot_id: str, key: str) -> Any:
         from fleet_idempotency.srv import CheckKey
 
-        future = self._check_clients[robot_id].call_async(CheckKey.Request(idempotency_key=key))
-        return wait_for(
-            lambda: future.done() and future.result(),
+        return ask_service(
+            self._check_clients[robot_id],
+            CheckKey.Request(idempotency_key=key),
             executor=self.executor,
             what=f"CheckKey {key!r} on {robot_id}",
         )
@@ -247,9 +247,9 @@ class FleetHarness:
     def world_state(self) -> dict[str, Any]:
         from fleet_idempotency.srv import GetWorldState
 
-        future = self._world_state_client.call_async(GetWorldState.Request())
-        response = wait_for(
-            lambda: future.done() and future.result(),
+        response = ask_service(
+            self._world_state_client,
+            GetWorldState.Request(),
             executor=self.executor,
             what="the world state",
         )
@@ -373,11 +373,9 @@ class FleetHarness:
     def fleet_check(self, client_id: str, key: str) -> Any:
         from fleet_idempotency.srv import CheckKey
 
-        future = self._fleet_check.call_async(
-            CheckKey.Request(client_id=client_id, idempotency_key=key)
-        )
-        return wait_for(
-            lambda: future.done() and future.result(),
+        return ask_service(
+            self._fleet_check,
+            CheckKey.Request(client_id=client_id, idempotency_key=key),
             executor=self.executor,
             what=f"fleet CheckKey {client_id}/{key}",
         )

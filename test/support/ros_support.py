@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import pytest
 
 from fleet_idempotency.bringup.processes import clean_dds_shared_memory
-from fleet_idempotency.testing.agent_under_test import ConformanceFailure, wait_until
+from fleet_idempotency.testing.agent_under_test import ConformanceFailure, ask, wait_until
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 20.0
@@ -44,6 +44,23 @@ def wait_for(
     spin = None if executor is None else (lambda s: executor.spin_once(timeout_sec=s))
     try:
         return wait_until(condition, what, timeout_s=timeout_s, spin=spin, poll_s=poll_s)
+    except ConformanceFailure as timed_out:
+        pytest.fail(str(timed_out))
+
+
+def ask_service(
+    client: Any, request: Any, *, executor: Any, what: str, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Any:
+    """A service's answer, the request re-sent until one comes (the kit's ``ask``: a
+    response can be lost while discovery is still matching); a pytest failure on time-out."""
+    try:
+        return ask(
+            client,
+            request,
+            what,
+            spin=lambda s: executor.spin_once(timeout_sec=s),
+            timeout_s=timeout_s,
+        )
     except ConformanceFailure as timed_out:
         pytest.fail(str(timed_out))
 

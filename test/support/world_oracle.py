@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fleet_idempotency.testing.agent_under_test import wait_until
+from fleet_idempotency.testing.agent_under_test import ask, wait_until
 
 
 class WorldOracle:
@@ -29,9 +29,9 @@ class WorldOracle:
         self.request = GetWorldState.Request
 
     def state(self) -> dict[str, Any]:
-        future = self.client.call_async(self.request())
-        response = wait_until(
-            lambda: future.done() and future.result(),
+        response = ask(
+            self.client,
+            self.request(),
             "the world state",
             spin=lambda s: self.executor.spin_once(timeout_sec=s),
         )
