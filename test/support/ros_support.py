@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -133,19 +134,23 @@ def children(tmp_path: Path) -> Iterator[ChildProcesses]:
 
 
 def thread_stacks(pid: int) -> str:
-    """Every thread's Python and native stack of a live process (py-spy), or why not."""
+    """Every thread's Python and native stack of a live process (py-spy), and gdb's native
+    stacks (py-spy shows no thread once the interpreter is finalizing), or why not."""
     spy = Path(sys.executable).with_name("py-spy")
-    try:
-        dumped = subprocess.run(
-            [str(spy), "dump", "--native", "--pid", str(pid)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"(no stacks: {error})"
-    return dumped.stdout + dumped.stderr
+    commands = [[str(spy), "dump", "--native", "--pid", str(pid)]]
+    if shutil.which("gdb"):
+        commands.append(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"])
+    dumps = []
+    for command in commands:
+        try:
+            dumped = subprocess.run(
+                command, capture_output=True, text=True, timeout=30, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as error:
+            dumps.append(f"(no stacks from {command[0]}: {error})")
+            continue
+        dumps.append(dumped.stdout + dumped.stderr)
+    return "\n".join(dumps)
 
 
 def describe_processes(text: str) -> str:
