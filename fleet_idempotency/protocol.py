@@ -6,6 +6,7 @@ nodes convert to and from the generated ROS types in ``ros_convert``.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -169,12 +170,22 @@ def answer_for_record(record: Record, *, client_id: str = "", attempt: int = 0) 
 def _record_message(record: Record) -> str:
     if record.state == State.INTERRUPTED:
         return (
-            f"key {record.key!r}: the executing process died mid-command; it was not "
-            "re-run and needs reconciliation"
+            f"key {record.key!r} interrupted: {_interruption_reason(record.result_json)}; it "
+            "was not re-run and needs reconciliation"
         )
     if record.status_code >= BAD_REQUEST:
         return f"key {record.key!r} ended {record.state.name}"
     return ""
+
+
+def _interruption_reason(result_json: str) -> str:
+    """Why the outcome is unknown, as the backend or the crash recovery recorded it (a
+    vehicle that restarted is not a process that died)."""
+    try:
+        reason = json.loads(result_json).get("message")
+    except (ValueError, AttributeError):
+        reason = None
+    return reason if isinstance(reason, str) and reason else "the executing process died"
 
 
 @dataclass(frozen=True)

@@ -384,6 +384,7 @@ class AgentDriver(Node):
             node=self,
             shared=shared.resources,
             on_ready_change=self._backend_ready_changed,
+            state_dir=Path(p["store_dir"]).expanduser() / self.robot_id / "backend",
         )
         return make_backend(name, values, context)
 

@@ -76,7 +76,8 @@ PROBLEM_TYPES: dict[str, tuple[str, str]] = {
     ),
     "command-interrupted": (
         "Command interrupted",
-        "Its executor died mid-command; final, needs reconciliation by an operator.",
+        "Its outcome is unknown (its executor died, or the robot lost it); final, needs "
+        "reconciliation by an operator.",
     ),
     "orchestrator-unavailable": (
         "Orchestrator unavailable",

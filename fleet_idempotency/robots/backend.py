@@ -19,6 +19,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
@@ -114,7 +115,10 @@ class BackendContext:
     pose from the robot may ignore it). ``node``: the agent's rclpy node, for a backend
     that talks ROS (None where the agent runs without ROS, as in the conformance kit's
     plain-Python checks). ``shared``: resources shared by the agents of one process,
-    such as one connection to a simulator for every hosted robot.
+    such as one connection to a simulator for every hosted robot. ``state_dir``: a
+    directory of the backend's own beside the robot's store, kept across restarts (for
+    what a protocol needs to remember, such as counters that must keep increasing); None
+    where the agent has none. The backend creates it when it needs it.
     """
 
     robot_id: str
@@ -124,6 +128,7 @@ class BackendContext:
     node: Any = None
     shared: SharedResources = field(default_factory=SharedResources)
     on_ready_change: Callable[[], None] = field(default=lambda: None)
+    state_dir: Path | None = None
 
 
 class NoParams(BaseModel):

@@ -1,11 +1,15 @@
 """A simulated VDA 5050 vehicle: a process of its own that speaks only MQTT to master
 control and acts in the world simulator, where every side effect is counted.
 
-What it follows of VDA 5050 (2.1 by default, 3.0 error names with ``--protocol-version 3``):
+What it follows of VDA 5050 (2.1 by default; 3.0's messages with ``--protocol-version
+3.0.0``: error names, CONNECTION_BROKEN, ``mobileRobotPosition``, ``instantActionStates``,
+``actionResult``). It does no more than the spec obliges a vehicle to, so that it cannot hide
+what master control must ask for:
 
 - ``connection`` (2.1 section 6.14): ONLINE, retained, QoS 1, on every connection; the last
   will is CONNECTIONBROKEN; OFFLINE on an orderly stop.
-- ``factsheet``: retained at start-up, listing the node actions it can do.
+- ``factsheet``: only on a ``factsheetRequest`` (``--factsheet-at-start``: also at start-up,
+  retained, as some vehicles do), listing the node actions it can do.
 - ``state`` (2.1 section 6.10): on every event and every ``--state-period`` seconds;
   ``nodeStates``/``edgeStates`` list what is still to traverse, ``actionStates`` every action
   of the current order, ``orderId``/``lastNodeId`` kept after the order ends.
@@ -51,7 +55,15 @@ from fleet_idempotency.sim.world import WorldActionFailed, WorldActionName
 from fleet_idempotency.sim.world_link import WorldLink
 from fleet_idempotency.vda5050.messages import Action, InstantActions, Node, Order
 from fleet_idempotency.vda5050.mqtt import BrokerSettings, MqttLink
-from fleet_idempotency.vda5050.wire import QOS, BadMessage, HeaderIds, decode, encode
+from fleet_idempotency.vda5050.wire import (
+    QOS,
+    BadMessage,
+    HeaderIds,
+    connection_broken,
+    decode,
+    encode,
+    major_version_of,
+)
 from fleet_idempotency.vda5050.wire import timestamp as now_timestamp
 from fleet_idempotency.vda5050.wire import topic as make_topic
 
@@ -82,6 +94,7 @@ class VehicleConfig:
     start: Pose = field(default_factory=Pose)
     # Nothing to do for a move of zero length: a vehicle still takes this long.
     min_order_s: float = 0.0
+    factsheet_at_start: bool = False
 
 
 def _error(
@@ -106,6 +119,7 @@ class SimulatedVehicle:
         self.profile = PROFILES[config.robot_type]
         self.world = world
         self.v3 = config.protocol_version.startswith("3")
+        self._result_key = "actionResult" if self.v3 else "resultDescription"
         self._lock = threading.RLock()
         self._headers = HeaderIds()
         self._topics = {
@@ -127,6 +141,8 @@ class SimulatedVehicle:
         self.node_states: list[dict[str, Any]] = []
         self.edge_states: list[dict[str, Any]] = []
         self.action_states: list[dict[str, Any]] = []
+        # 3.0 keeps instant actions apart from the order's (2.x: among ``action_states``).
+        self.instant_action_states: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
         self.last_node_id = ""
         self.last_node_sequence_id = 0
@@ -144,7 +160,7 @@ class SimulatedVehicle:
             on_connect=self._on_connect,
             will=(
                 self._topics["connection"],
-                self._connection_message("CONNECTIONBROKEN"),
+                self._connection_message(connection_broken(config.protocol_version)),
                 QOS["connection"],
                 True,
             ),
@@ -194,13 +210,24 @@ class SimulatedVehicle:
             qos=QOS["connection"],
             retain=True,
         )
-        self.publish_factsheet()
+        if self.config.factsheet_at_start:
+            self.publish_factsheet()
         self.publish_state(force=True)
 
     def publish_factsheet(self) -> None:
         self.link.publish(
-            self._topics["factsheet"], encode(self.factsheet()), qos=QOS["factsheet"], retain=True
+            self._topics["factsheet"],
+            encode(self.factsheet()),
+            qos=QOS["factsheet"],
+            retain=self.config.factsheet_at_start,
         )
+
+    def node_actions(self) -> list[str]:
+        return [
+            name
+            for name in NODE_ACTIONS
+            if name not in ("pick", "drop") or self.config.robot_type == "forklift"
+        ]
 
     def factsheet(self) -> dict[str, Any]:
         profile = self.profile
@@ -208,10 +235,12 @@ class SimulatedVehicle:
         # value must be one of the strings NONE/SOFT/HARD, which no array can be; it is
         # optional, so it is left out rather than sent invalid.
         actions = [
-            {"actionType": name, "actionScopes": ["NODE"]}
-            for name in NODE_ACTIONS
-            if name not in ("pick", "drop") or self.config.robot_type == "forklift"
+            {"actionType": name, "actionScopes": ["NODE"]} for name in self.node_actions()
         ] + [{"actionType": name, "actionScopes": ["INSTANT"]} for name in INSTANT_ACTIONS]
+        features = {
+            "optionalParameters": [],
+            ("mobileRobotActions" if self.v3 else "agvActions"): actions,
+        }
         return {
             **self._header("factsheet"),
             "typeSpecification": {
@@ -236,7 +265,7 @@ class SimulatedVehicle:
                 "maxArrayLens": {},
                 "timing": {"minOrderInterval": 0.0, "minStateInterval": 0.0},
             },
-            "protocolFeatures": {"optionalParameters": [], "agvActions": actions},
+            "protocolFeatures": features,
             "agvGeometry": {},
             "loadSpecification": {},
         }
@@ -244,7 +273,13 @@ class SimulatedVehicle:
     def state(self) -> dict[str, Any]:
         with self._lock:
             order = self.order
-            return {
+            position = {
+                "x": round(self.pose.x, 3),
+                "y": round(self.pose.y, 3),
+                "theta": round(self.pose.theta, 3),
+                "mapId": self.config.map_id,
+            }
+            state = {
                 **self._header("state"),
                 "orderId": order.orderId if order is not None else "",
                 "orderUpdateId": order.orderUpdateId if order is not None else 0,
@@ -254,18 +289,22 @@ class SimulatedVehicle:
                 "edgeStates": [dict(e) for e in self.edge_states],
                 "driving": self.driving,
                 "actionStates": [dict(a) for a in self.action_states],
-                "batteryState": {"batteryCharge": 80.0, "charging": False},
                 "operatingMode": "AUTOMATIC",
                 "errors": [dict(e) for e in self.errors],
                 "safetyState": {"eStop": "NONE", "fieldViolation": False},
-                "agvPosition": {
-                    "x": round(self.pose.x, 3),
-                    "y": round(self.pose.y, 3),
-                    "theta": round(self.pose.theta, 3),
-                    "mapId": self.config.map_id,
-                    "positionInitialized": True,
-                },
             }
+            if self.v3:
+                state |= {
+                    "instantActionStates": [dict(a) for a in self.instant_action_states],
+                    "powerSupply": {"stateOfCharge": 80.0, "charging": False},
+                    "mobileRobotPosition": {**position, "localized": True},
+                }
+            else:
+                state |= {
+                    "batteryState": {"batteryCharge": 80.0, "charging": False},
+                    "agvPosition": {**position, "positionInitialized": True},
+                }
+            return state
 
     def publish_state(self, *, force: bool = False) -> None:
         if self.mute_state and not force:
@@ -389,11 +428,7 @@ class SimulatedVehicle:
         )
 
     def _cannot_do(self, order: Order) -> tuple[str, str, dict[str, str]] | None:
-        offered = {
-            a["actionType"]
-            for a in self.factsheet()["protocolFeatures"]["agvActions"]
-            if "NODE" in a["actionScopes"]
-        }
+        offered = set(self.node_actions())
         for node in order.nodes:
             for action in node.actions:
                 if action.actionType not in offered:
@@ -412,7 +447,7 @@ class SimulatedVehicle:
             return ("VALIDATION_FAILURE" if self.v3 else "validationError", "no nodes", {})
         first = order.nodes[0].nodePosition
         assert first is not None
-        deviation = first.allowedDeviationXY or 0.5
+        deviation = first.deviation_xy() or 0.5
         if math.hypot(first.x - self.pose.x, first.y - self.pose.y) > deviation:
             return (
                 "START_NODE_OUT_OF_RANGE" if self.v3 else "noRouteError",
@@ -471,7 +506,7 @@ class SimulatedVehicle:
                     for state in self.action_states:
                         if state["actionStatus"] not in ("FINISHED", "FAILED"):
                             state["actionStatus"] = "FAILED"
-                            state["resultDescription"] = "cancelled"
+                            state[self._result_key] = "cancelled"
                     self.node_states, self.edge_states = [], []
                     self.driving = False
                     entry["actionStatus"] = "FINISHED"
@@ -482,8 +517,8 @@ class SimulatedVehicle:
                 entry["actionStatus"] = "FINISHED"
             else:
                 entry["actionStatus"] = "FAILED"
-                entry["resultDescription"] = f"unknown instant action {action.actionType!r}"
-            self.action_states.append(entry)
+                entry[self._result_key] = f"unknown instant action {action.actionType!r}"
+            (self.instant_action_states if self.v3 else self.action_states).append(entry)
 
     # --- running an order (its own thread) ----------------------------------------------------
     def _run(self, order: Order, cancel: threading.Event) -> None:
@@ -600,7 +635,7 @@ class SimulatedVehicle:
                 if state["actionId"] == action_id:
                     state["actionStatus"] = status
                     if result:
-                        state["resultDescription"] = result
+                        state[self._result_key] = result
         self.publish_state()
 
     def _act(self, key: str, action: WorldActionName, target: str) -> str:
@@ -627,7 +662,8 @@ def parse_arguments(argv: Sequence[str]) -> VehicleConfig:
     parser.add_argument("--password-env", default="FLEET_IDEM_MQTT_PASSWORD",
                         help="environment variable holding the broker password")  # fmt: skip
     parser.add_argument("--interface-name", default="uagv")
-    parser.add_argument("--major-version", default="v2")
+    parser.add_argument("--major-version", default="",
+                        help="topic version level (default: from --protocol-version)")  # fmt: skip
     parser.add_argument("--protocol-version", default="2.1.0")
     parser.add_argument("--map-id", default="warehouse")
     parser.add_argument("--time-scale", type=float, default=0.05)
@@ -636,6 +672,8 @@ def parse_arguments(argv: Sequence[str]) -> VehicleConfig:
     parser.add_argument("--start-y", type=float, default=0.0)
     parser.add_argument("--min-order-s", type=float, default=0.0)
     parser.add_argument("--keepalive", type=int, default=4)
+    parser.add_argument("--factsheet-at-start", action="store_true",
+                        help="also publish the factsheet, retained, at start-up")  # fmt: skip
     arguments, _ros = parser.parse_known_args(list(argv))
     import os  # noqa: PLC0415
 
@@ -652,13 +690,14 @@ def parse_arguments(argv: Sequence[str]) -> VehicleConfig:
             keepalive_s=arguments.keepalive,
         ),
         interface_name=arguments.interface_name,
-        major_version=arguments.major_version,
+        major_version=arguments.major_version or major_version_of(arguments.protocol_version),
         protocol_version=arguments.protocol_version,
         map_id=arguments.map_id,
         time_scale=arguments.time_scale,
         state_period_s=arguments.state_period,
         start=Pose(x=arguments.start_x, y=arguments.start_y),
         min_order_s=arguments.min_order_s,
+        factsheet_at_start=arguments.factsheet_at_start,
     )
 
 

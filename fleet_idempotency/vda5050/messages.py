@@ -15,8 +15,14 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-ConnectionState = Literal["ONLINE", "OFFLINE", "CONNECTIONBROKEN"]
-ActionStatus = Literal["WAITING", "INITIALIZING", "RUNNING", "PAUSED", "FINISHED", "FAILED"]
+# 2.x: ONLINE, OFFLINE, CONNECTIONBROKEN; 3.0 renames the last CONNECTION_BROKEN and adds
+# HIBERNATING (connected, but sending no state).
+ConnectionState = Literal[
+    "ONLINE", "OFFLINE", "CONNECTIONBROKEN", "CONNECTION_BROKEN", "HIBERNATING"
+]
+ActionStatus = Literal[
+    "WAITING", "INITIALIZING", "RUNNING", "PAUSED", "RETRIABLE", "FINISHED", "FAILED"
+]
 BlockingType = Literal["NONE", "SOFT", "HARD", "SINGLE"]
 
 # Error types a vehicle reports when it refuses an order before taking it over (2.1
@@ -81,7 +87,15 @@ class NodePosition(_Message):
     y: float
     theta: float | None = None
     mapId: StrictStr
-    allowedDeviationXY: float | None = None
+    # 2.x: a distance; 3.0: an ellipse {a, b, theta}.
+    allowedDeviationXY: float | dict[str, float] | None = None
+
+    def deviation_xy(self) -> float | None:
+        """The allowed distance from the node (3.0: the ellipse's smaller half-axis)."""
+        deviation = self.allowedDeviationXY
+        if isinstance(deviation, dict):
+            return min(deviation.get("a", 0.0), deviation.get("b", 0.0))
+        return deviation
 
 
 class Node(_Message):
@@ -96,8 +110,9 @@ class Edge(_Message):
     edgeId: StrictStr
     sequenceId: StrictInt = Field(ge=0)
     released: bool
-    startNodeId: StrictStr
-    endNodeId: StrictStr
+    # 2.x only: 3.0 connects edges to nodes by their sequence ids alone.
+    startNodeId: StrictStr | None = None
+    endNodeId: StrictStr | None = None
     actions: list[Action]
 
 
@@ -128,7 +143,11 @@ class ActionState(_Message):
     actionId: StrictStr
     actionType: StrictStr | None = None
     actionStatus: ActionStatus
-    resultDescription: StrictStr | None = None
+    resultDescription: StrictStr | None = None  # 2.x
+    actionResult: StrictStr | None = None  # 3.0
+
+    def result(self) -> str:
+        return self.resultDescription or self.actionResult or ""
 
 
 class ErrorReference(_Message):
@@ -154,11 +173,14 @@ class Error(_Message):
 
 
 class AgvPosition(_Message):
+    """2.x ``agvPosition``; 3.0's ``mobileRobotPosition`` says ``localized`` instead."""
+
     x: float
     y: float
     theta: float
     mapId: StrictStr
-    positionInitialized: bool
+    positionInitialized: bool | None = None
+    localized: bool | None = None
 
 
 class State(Header):
@@ -172,7 +194,13 @@ class State(Header):
     errors: list[Error]
     driving: bool
     operatingMode: StrictStr
-    agvPosition: AgvPosition | None = None
+    agvPosition: AgvPosition | None = None  # 2.x
+    mobileRobotPosition: AgvPosition | None = None  # 3.0
+    # 3.0 lists instant actions apart; 2.x among ``actionStates``.
+    instantActionStates: list[ActionState] = Field(default_factory=list)
+
+    def position(self) -> AgvPosition | None:
+        return self.agvPosition or self.mobileRobotPosition
 
     def idle(self) -> bool:
         """No order in progress (2.1 section 6.6.2, Figure 8 step 3): no nodes left and
@@ -184,7 +212,10 @@ class State(Header):
         )
 
     def action(self, action_id: str) -> ActionState | None:
-        return next((a for a in self.actionStates if a.actionId == action_id), None)
+        return next(
+            (a for a in (*self.actionStates, *self.instantActionStates) if a.actionId == action_id),
+            None,
+        )
 
 
 class AgvAction(_Message):
@@ -193,7 +224,8 @@ class AgvAction(_Message):
 
 
 class ProtocolFeatures(_Message):
-    agvActions: list[AgvAction]
+    agvActions: list[AgvAction] = Field(default_factory=list)  # 2.x
+    mobileRobotActions: list[AgvAction] = Field(default_factory=list)  # 3.0
 
 
 class Factsheet(_Message):
@@ -202,6 +234,17 @@ class Factsheet(_Message):
     protocolFeatures: ProtocolFeatures
 
     def node_actions(self) -> frozenset[str]:
+        features = self.protocolFeatures
         return frozenset(
-            a.actionType for a in self.protocolFeatures.agvActions if "NODE" in a.actionScopes
+            a.actionType
+            for a in (*features.agvActions, *features.mobileRobotActions)
+            if "NODE" in a.actionScopes
+        )
+
+    def instant_actions(self) -> frozenset[str]:
+        features = self.protocolFeatures
+        return frozenset(
+            a.actionType
+            for a in (*features.agvActions, *features.mobileRobotActions)
+            if "INSTANT" in a.actionScopes
         )

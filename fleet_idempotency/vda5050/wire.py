@@ -13,8 +13,10 @@ object, and says why in one line (``BadMessage``), so a caller can count and ign
 from __future__ import annotations
 
 import json
+import os
 import threading
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Final, Literal
 
 TopicName = Literal["order", "instantActions", "state", "connection", "factsheet", "visualization"]
@@ -43,6 +45,16 @@ class BadMessage(ValueError):
         self.reason = reason  # a short counter name: not_json, too_deep, too_big, ...
 
 
+def major_version_of(protocol_version: str) -> str:
+    """The topic level of a protocol version: ``2.1.0`` -> ``v2`` (2.1 section 6.3)."""
+    return "v" + protocol_version.split(".", 1)[0]
+
+
+def connection_broken(protocol_version: str) -> str:
+    """The last will's connection state: 3.0 renamed CONNECTIONBROKEN."""
+    return "CONNECTION_BROKEN" if protocol_version.startswith("3") else "CONNECTIONBROKEN"
+
+
 def topic(
     interface_name: str, major_version: str, manufacturer: str, serial_number: str, name: str
 ) -> str:
@@ -63,17 +75,44 @@ def timestamp(now: datetime | None = None) -> str:
 
 
 class HeaderIds:
-    """headerId per topic, incremented by 1 with each sent message (2.1 section 6.5)."""
+    """headerId per topic, incremented by 1 with each sent message (2.1 section 6.5), re-sends
+    included.
 
-    def __init__(self) -> None:
+    With ``path``, ids go on across restarts: the next id of each topic is written there
+    (atomically, fsync'd) before the id is handed out, so a restart continues one above the
+    last message sent, and a crash between the write and the send skips one id, never
+    repeats one. Masters send a few messages a second at most. Without ``path``, a restart
+    counts from 0 again, as a vehicle does.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
         self._lock = threading.Lock()
+        self._path = path
         self._next: dict[str, int] = {}
+        if path is not None and path.exists():
+            try:
+                stored = json.loads(path.read_text())
+                self._next = {str(k): int(v) for k, v in stored.items() if int(v) >= 0}
+            except (OSError, ValueError, AttributeError) as error:
+                raise ValueError(f"unreadable headerId file {path}: {error}") from None
 
     def next(self, topic_name: str) -> int:
         with self._lock:
             value = self._next.get(topic_name, 0)
             self._next[topic_name] = value + 1
+            if self._path is not None:
+                self._save()
             return value
+
+    def _save(self) -> None:
+        assert self._path is not None
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self._path.with_suffix(".tmp")
+        with temporary.open("w") as out:
+            out.write(json.dumps(self._next, sort_keys=True))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, self._path)
 
 
 def json_depth_exceeds(data: bytes, max_depth: int) -> bool:

@@ -2,17 +2,24 @@
 
 Life of a command (docs/design.md, "VDA 5050"):
 
+- It asks for what it needs: a ``stateRequest`` (and a ``factsheetRequest`` while it has no
+  factsheet) when it connects to the broker, both when the vehicle's ``connection`` goes
+  ONLINE (again), each repeated every ``request_period_s`` until answered. It is ready once
+  the vehicle is ONLINE (or, where the broker kept no ``connection``, has sent a state) and
+  it holds a state and a factsheet; its readiness says which one it waits for.
 - ``prepare`` (the key is already claimed, durably): refuses before anything is sent
   when the vehicle is not ONLINE on ``connection``, has no ``state`` yet, is not idle, or
-  lacks the action in its ``factsheet``; else it encodes the order once, publishes it, and
-  re-publishes those same bytes every ``resend_period_s`` until ``state`` shows the order
+  lacks the action in its ``factsheet``; else it publishes the order, and re-publishes the
+  same order (a new headerId each time) every ``resend_period_s`` until ``state`` shows it
   (QoS 0 loses messages). A refusal the vehicle reports before taking the order over
   (``orderUpdateError``, OTHER_ORDER_ACTIVE, ``validationError``, ...) is a CommandRefused:
   the key is released. Re-sending stops for good once the vehicle reports another order
   than the one it had when we first published, or restarted: then nobody can say whether
   ours ran, and ``execute`` reports it INTERRUPTED (OutcomeUnknown), never re-sending.
-- ``execute`` watches ``state``: COMPLETED, FAILED, or INTERRUPTED when the vehicle no
-  longer knows the order it had shown (it restarted and forgot).
+- ``execute`` watches ``state`` (``verdict.judge``): COMPLETED only at the target node,
+  FAILED when an action failed or the order ended elsewhere (cancelled at the vehicle), or
+  INTERRUPTED when the vehicle no longer knows the order it had shown (it restarted and
+  forgot), each with the vehicle's reason.
 - ``reconcile`` (after an agent crash) asks ``state`` only, and never publishes.
 """
 
@@ -21,6 +28,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
@@ -38,7 +46,13 @@ from fleet_idempotency.robots.backend import (
     RobotBackend,
 )
 from fleet_idempotency.robots.targets import refuse_unsupported, resolve_target, result_body
-from fleet_idempotency.robots.vda5050.orders import Header, OrderPlan, build_order, plan_for
+from fleet_idempotency.robots.vda5050.orders import (
+    Header,
+    OrderPlan,
+    build_order,
+    instant_actions,
+    plan_for,
+)
 from fleet_idempotency.robots.vda5050.params import Vda5050Params
 from fleet_idempotency.robots.vda5050.vehicle_view import Snapshot, VehicleView
 from fleet_idempotency.robots.vda5050.verdict import Phase, Verdict, judge
@@ -52,11 +66,14 @@ WAIT_SLICE_S = 0.25
 
 
 class _Watch:
-    """One published order: its bytes and what the vehicle showed when it was sent."""
+    """One published order: how to encode it (under a new headerId per send) and what the
+    vehicle showed when it was first sent."""
 
-    def __init__(self, plan: OrderPlan, message: bytes, before: Snapshot) -> None:
+    def __init__(
+        self, plan: OrderPlan, encode: Callable[[], bytes] | None, before: Snapshot
+    ) -> None:
         self.plan = plan
-        self.message = message
+        self.encode = encode  # None: never sent by this process (a reconciled command)
         self.prior_order_id = before.state.orderId if before.state is not None else ""
         self.restarts = before.restarts
         self.seen = False
@@ -85,7 +102,11 @@ class Vda5050Backend(RobotBackend):
         self.layout = params.world_layout()
         self._stop = threading.Event()
         self._watches: dict[str, _Watch] = {}
-        self._headers = HeaderIds()
+        # Kept across restarts: the vehicle sees each topic's headerId go up by one, always.
+        self._headers = HeaderIds(
+            None if context.state_dir is None else context.state_dir / "vda5050_header_ids.json"
+        )
+        self._requests = _Requests()
         self._topics = {
             name: topic(
                 params.interface_name,
@@ -108,7 +129,7 @@ class Vda5050Backend(RobotBackend):
             params,
             f"fleet-idem-{context.robot_id}-master",
             on_message=lambda t, payload: self._receive(by_topic.get(t, t), payload),
-            on_connect=self._maybe_ready_changed,
+            on_connect=self._connected,
             on_disconnect=self._maybe_ready_changed,
         )
         for name in ("state", "connection", "factsheet"):
@@ -117,11 +138,25 @@ class Vda5050Backend(RobotBackend):
         self._header = Header(params.protocol_version, params.manufacturer, params.serial_number)
 
     def _receive(self, topic_name: str, payload: bytes) -> None:
+        before = self.view.snapshot().connection
         self.view.receive(topic_name, payload)
+        if topic_name == "connection" and before != "ONLINE" == self.view.snapshot().connection:
+            # Back (or new): its state may have changed, its factsheet too (a restart).
+            self._requests.want(state=True, factsheet=True, view=self.view.snapshot())
+
+    def _connected(self) -> None:
+        """A (re)connection to the broker: what the vehicle did meanwhile is unknown, and a
+        broker that kept no retained message will not tell us its factsheet."""
+        snapshot = self.view.snapshot()
+        self._requests.want(state=True, factsheet=snapshot.factsheet is None, view=snapshot)
+        self._maybe_ready_changed()
 
     # --- readiness --------------------------------------------------------------------------
     def start(self) -> None:
         self.link.start()
+        threading.Thread(
+            target=self._ask_loop, name=f"{self.robot_id}-requests", daemon=True
+        ).start()
 
     def readiness(self) -> Readiness:
         if not self.link.connected:
@@ -129,11 +164,37 @@ class Vda5050Backend(RobotBackend):
             return Readiness(False, f"the MQTT broker at {where}")
         snapshot = self.view.snapshot()
         name = self.p.serial_number
-        if snapshot.connection != "ONLINE":
-            return Readiness(False, f"VDA 5050 vehicle {name} to come ONLINE")
+        if not _online(snapshot):
+            return Readiness(
+                False,
+                f"VDA 5050 vehicle {name} to come ONLINE "
+                f"(connection: {snapshot.connection or 'never heard'})",
+            )
         if snapshot.state is None or snapshot.state_stale:
-            return Readiness(False, f"the state of VDA 5050 vehicle {name}")
+            return Readiness(False, f"the state of VDA 5050 vehicle {name} (asked: stateRequest)")
+        if snapshot.factsheet is None:
+            return Readiness(
+                False, f"the factsheet of VDA 5050 vehicle {name} (asked: factsheetRequest)"
+            )
         return Readiness(True)
+
+    def _ask_loop(self) -> None:
+        """Ask for what is wanted and not received, now and every ``request_period_s``."""
+        while not self._stop.is_set():
+            self._requests.wake.wait(self.p.request_period_s)
+            self._requests.wake.clear()
+            if self._stop.is_set() or not self.link.connected:
+                continue
+            snapshot = self.view.snapshot()
+            if snapshot.connection not in ("", "ONLINE"):
+                continue  # not connected: it would not hear us; its ONLINE brings a new ask
+            wanted = self._requests.missing(snapshot)
+            if not wanted:
+                continue
+            header_id = self._headers.next("instantActions")
+            actions = [(f"fleet-idem/{header_id}/{kind}", kind) for kind in wanted]
+            message = instant_actions(actions, header_id=header_id, header=self._header)
+            self.link.publish(self._topics["instantActions"], message, qos=QOS["instantActions"])
 
     def _maybe_ready_changed(self) -> None:
         ready = self.readiness().ready
@@ -147,9 +208,9 @@ class Vda5050Backend(RobotBackend):
 
     def pose(self) -> Pose:
         state = self.view.snapshot().state
-        if state is None or state.agvPosition is None:
+        position = state.position() if state is not None else None
+        if position is None:
             return self.context.start_pose
-        position = state.agvPosition
         return Pose(x=position.x, y=position.y, theta=position.theta)
 
     def prepare(self, command: Command) -> None:
@@ -166,7 +227,7 @@ class Vda5050Backend(RobotBackend):
         name = self.p.serial_number
         if not self.link.connected:
             raise CommandRefused(f"{self.robot_id}: no connection to the MQTT broker", NOT_READY)
-        if snapshot.connection != "ONLINE":
+        if not _online(snapshot):
             raise CommandRefused(
                 f"{self.robot_id}: vehicle {name} is not ONLINE "
                 f"(connection: {snapshot.connection or 'never heard'})",
@@ -187,7 +248,10 @@ class Vda5050Backend(RobotBackend):
                 f"{self.robot_id}: vehicle {name} is busy with order {state.orderId!r}", BUSY
             )
         if snapshot.factsheet is None:
-            raise CommandRefused(f"{self.robot_id}: no factsheet from vehicle {name}", NOT_READY)
+            raise CommandRefused(
+                f"{self.robot_id}: no factsheet from vehicle {name} yet (asked: factsheetRequest)",
+                NOT_READY,
+            )
         offered = snapshot.factsheet.node_actions()
         dock_action = None
         if command.command_type == DOCK:
@@ -198,7 +262,7 @@ class Vda5050Backend(RobotBackend):
                     f"(looked for {', '.join(self.p.dock_action_types)})",
                     INVALID,
                 )
-        plan = plan_for(command, dock_action)
+        plan = plan_for(command, dock_action, target, self.p.allowed_deviation_xy)
         if plan.action_type is not None and plan.action_type not in offered:
             raise CommandRefused(
                 f"vehicle {name} cannot {plan.action_type!r} (its factsheet offers: "
@@ -206,16 +270,18 @@ class Vda5050Backend(RobotBackend):
                 INVALID,
             )
         here = self.pose()
-        message = build_order(
-            plan,
-            target,
-            here=here,
-            header_id=self._headers.next("order"),
-            header=self._header,
-            map_id=self.p.map_id,
-            deviation_xy=self.p.allowed_deviation_xy,
-        )
-        watch = _Watch(plan, message, snapshot)
+
+        def encode() -> bytes:
+            return build_order(
+                plan,
+                target,
+                here=here,
+                header_id=self._headers.next("order"),
+                header=self._header,
+                map_id=self.p.map_id,
+            )
+
+        watch = _Watch(plan, encode, snapshot)
         # The claim is durable (the agent claimed the key before prepare): publish now.
         verdict = self._until_shown(watch)
         if verdict.phase is Phase.REFUSED:
@@ -231,8 +297,19 @@ class Vda5050Backend(RobotBackend):
         return self._until_final(command, watch)
 
     def reconcile(self, command: Command) -> dict[str, Any]:
-        """Ask the vehicle's ``state`` (a fresh one); never publish anything."""
-        plan = plan_for(command, self._dock_action_of(command))
+        """Ask the vehicle's ``state`` (a fresh one); never publish an order."""
+        try:
+            target = resolve_target(
+                self.layout,
+                command.payload,
+                robot_type=self.robot_type,
+                reach_m=math.inf,
+                mobile=True,
+                pose=self.pose(),
+            )
+        except CommandRefused:
+            target = None  # the layout changed since: judge by the target's name alone
+        plan = plan_for(command, self._dock_action_of(command), target, self.p.allowed_deviation_xy)
         started = self.view.snapshot().state_sequence
         # A state received after this process started: readiness already waited for one.
         self._wait(lambda s: s.state_sequence >= max(started, 1), "the vehicle's state")
@@ -244,7 +321,7 @@ class Vda5050Backend(RobotBackend):
                 f"vehicle {self.p.serial_number} does not report order {plan.order_id!r} "
                 f"(its order: {current!r}); whether it ran is unknown"
             )
-        watch = _Watch(plan, b"", snapshot)
+        watch = _Watch(plan, None, snapshot)
         watch.seen = True  # never re-sent
         return self._until_final(command, watch)
 
@@ -252,6 +329,7 @@ class Vda5050Backend(RobotBackend):
         if self._stop.is_set():
             return
         self._stop.set()
+        self._requests.wake.set()
         self.view.wake()
         self.link.stop()
 
@@ -301,9 +379,10 @@ class Vda5050Backend(RobotBackend):
         elif current != watch.prior_order_id:
             watch.unknown = f"vehicle {self.p.serial_number} took another order ({current!r})"
         elif (
-            self._resend_due(watch)
-            and snapshot.connection == "ONLINE"
-            and self.link.publish(self._topics["order"], watch.message, qos=QOS["order"])
+            watch.encode is not None
+            and self._resend_due(watch)
+            and _online(snapshot)
+            and self.link.publish(self._topics["order"], watch.encode(), qos=QOS["order"])
         ):
             watch.last_sent = time.monotonic()
             if watch.sequence_at_send < 0:
@@ -311,9 +390,7 @@ class Vda5050Backend(RobotBackend):
         return verdict
 
     def _resend_due(self, watch: _Watch) -> bool:
-        return bool(watch.message) and (
-            time.monotonic() - watch.last_sent >= self.p.resend_period_s
-        )
+        return time.monotonic() - watch.last_sent >= self.p.resend_period_s
 
     def _until_shown(self, watch: _Watch) -> Verdict:
         while True:
@@ -349,8 +426,51 @@ class Vda5050Backend(RobotBackend):
         }
         for action_id in watch.plan.action_ids:
             action = state.action(action_id) if state is not None else None
-            if action is not None and action.resultDescription:
-                extra["action_result"] = action.resultDescription
+            if action is not None and action.result():
+                extra["action_result"] = action.result()
                 if watch.plan.action_type in {"pick", "drop"}:
-                    extra["item"] = action.resultDescription
+                    extra["item"] = action.result()
         return result_body(self.robot_id, command, watch.plan.target, self.pose(), **extra)
+
+
+def _online(snapshot: Snapshot) -> bool:
+    """ONLINE on ``connection``; or, where the broker kept no ``connection`` message for us
+    (it keeps no retained messages, or lost them in a restart), a state received."""
+    return snapshot.connection == "ONLINE" or (
+        snapshot.connection == "" and snapshot.state is not None
+    )
+
+
+class _Requests:
+    """What the backend wants from the vehicle: a state, a factsheet, newer than the ones it
+    held when it asked. ``wake``: ask now rather than at the next period."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.wake = threading.Event()
+        self._state_after: int | None = None
+        self._factsheet_after: int | None = None
+
+    def want(self, *, state: bool, factsheet: bool, view: Snapshot) -> None:
+        with self._lock:
+            if state:
+                self._state_after = view.state_sequence
+            if factsheet:
+                self._factsheet_after = view.factsheets
+        self.wake.set()
+
+    def missing(self, view: Snapshot) -> list[str]:
+        """The requests still unanswered (instant action types); forgets answered ones."""
+        with self._lock:
+            if self._state_after is not None and (
+                view.state_sequence > self._state_after and not view.state_stale
+            ):
+                self._state_after = None
+            if self._factsheet_after is not None and view.factsheets > self._factsheet_after:
+                self._factsheet_after = None
+            wanted = []
+            if self._state_after is not None:
+                wanted.append("stateRequest")
+            if self._factsheet_after is not None:
+                wanted.append("factsheetRequest")
+            return wanted

@@ -1,12 +1,13 @@
 """Fleet commands as VDA 5050 orders, with every id derived from the idempotency key.
 
-``orderId`` is the key itself (printable ASCII, unique per robot: the store guarantees
-one execution per key, and its tombstones keep an expired key from coming back), each
-``actionId`` is ``<key>/<actionType>``, and ``orderUpdateId`` is 0: this master control
-never updates an order, it sends one order per command. An order is encoded once, when
-it is first published; every re-send publishes the very same bytes (same headerId and
-timestamp), as an MQTT duplicate would be, so the vehicle's rule for a repeated
-``orderId``/``orderUpdateId`` (2.1 section 6.6.4.3, 3.0 section 6.1.4.5: ignore it) applies.
+``orderId`` is the robot's key, ``<client>:<key>`` (printable ASCII, unique per robot: the
+store guarantees one execution per key, and its tombstones keep an expired key from coming
+back), each ``actionId`` is ``<orderId>/<actionType>``, and ``orderUpdateId`` is 0: this
+master control never updates an order, it sends one order per command. Every re-send of an
+order carries the same content (the start node where the vehicle stood at the first send)
+under a new headerId and timestamp (2.1 section 6.5: the headerId is incremented with each
+sent message), so the vehicle's rule for a repeated ``orderId``/``orderUpdateId`` (2.1
+section 6.6.4.3, 3.0 section 6.1.4.5: ignore it) applies.
 
 The order: a first node where the vehicle stands (a temporary node within its deviation
 range, 2.1 section 6.6.3.1), one edge, and the target node, named as the fleet's layout
@@ -67,8 +68,12 @@ class OrderPlan:
 
     key: str
     order_id: str
-    target: str
+    target: str  # the last node's id
     action_type: str | None  # the vehicle's action at the target, if any
+    # Where the target is, when the layout says: the vehicle must end within
+    # ``deviation_xy`` of it (when it reports its position) for the order to count as done.
+    target_xy: tuple[float, float] | None = None
+    deviation_xy: float = 0.5
 
     @property
     def action_ids(self) -> tuple[str, ...]:
@@ -77,13 +82,20 @@ class OrderPlan:
         return (action_id(self.key, self.action_type),)
 
 
-def plan_for(command: Command, dock_action: str | None) -> OrderPlan:
+def plan_for(
+    command: Command,
+    dock_action: str | None,
+    target: Target | None = None,
+    deviation_xy: float = 0.5,
+) -> OrderPlan:
     action = dock_action if command.command_type == DOCK else ACTION_OF[command.command_type]
     return OrderPlan(
         key=command.key,
         order_id=order_id(command.key),
         target=target_name(command.payload),
         action_type=action,
+        target_xy=None if target is None else (target.x, target.y),
+        deviation_xy=deviation_xy,
     )
 
 
@@ -102,9 +114,13 @@ def build_order(
     header_id: int,
     header: Header,
     map_id: str,
-    deviation_xy: float,
 ) -> bytes:
-    """The order message, encoded once (re-sends reuse these bytes)."""
+    """The order message under ``header_id``, stamped now; 3.0's layout when the header's
+    version is 3 (an ellipse for the allowed deviation; edges connected by sequence ids)."""
+    v3 = header.version.startswith("3")
+    deviation: float | dict[str, float] = (
+        {"a": plan.deviation_xy, "b": plan.deviation_xy, "theta": 0.0} if v3 else plan.deviation_xy
+    )
     actions: list[dict[str, Any]] = []
     if plan.action_type is not None:
         actions.append(
@@ -124,7 +140,7 @@ def build_order(
                 "x": round(here.x, 3),
                 "y": round(here.y, 3),
                 "mapId": map_id,
-                "allowedDeviationXY": deviation_xy,
+                "allowedDeviationXY": deviation,
             },
             "actions": [],
         },
@@ -132,20 +148,23 @@ def build_order(
             "nodeId": plan.target,
             "sequenceId": 2,
             "released": True,
-            "nodePosition": {"x": target.x, "y": target.y, "mapId": map_id},
+            "nodePosition": {
+                "x": target.x,
+                "y": target.y,
+                "mapId": map_id,
+                "allowedDeviationXY": deviation,
+            },
             "actions": actions,
         },
     ]
-    edges = [
-        {
-            "edgeId": f"{START_NODE_ID}->{plan.target}",
-            "sequenceId": 1,
-            "released": True,
-            "startNodeId": START_NODE_ID,
-            "endNodeId": plan.target,
-            "actions": [],
-        }
-    ]
+    edge: dict[str, Any] = {
+        "edgeId": f"{START_NODE_ID}->{plan.target}",
+        "sequenceId": 1,
+        "released": True,
+    }
+    if not v3:
+        edge |= {"startNodeId": START_NODE_ID, "endNodeId": plan.target}
+    edge["actions"] = []
     return encode(
         {
             "headerId": header_id,
@@ -156,6 +175,23 @@ def build_order(
             "orderId": plan.order_id,
             "orderUpdateId": 0,
             "nodes": nodes,
-            "edges": edges,
+            "edges": [edge],
+        }
+    )
+
+
+def instant_actions(actions: list[tuple[str, str]], *, header_id: int, header: Header) -> bytes:
+    """An ``instantActions`` message of (actionId, actionType) pairs without parameters."""
+    return encode(
+        {
+            "headerId": header_id,
+            "timestamp": timestamp(),
+            "version": header.version,
+            "manufacturer": header.manufacturer,
+            "serialNumber": header.serial_number,
+            "actions": [
+                {"actionId": action_id_, "actionType": action_type, "blockingType": "NONE"}
+                for action_id_, action_type in actions
+            ],
         }
     )

@@ -9,19 +9,29 @@ from pydantic import Field, field_validator, model_validator
 from fleet_idempotency.description.fleet import load_fleet
 from fleet_idempotency.description.layout import WorldConfig
 from fleet_idempotency.vda5050.mqtt import BrokerSettings
-from fleet_idempotency.vda5050.wire import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, check_topic_level
+from fleet_idempotency.vda5050.wire import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_DEPTH,
+    check_topic_level,
+    major_version_of,
+)
 
 
 class Vda5050Params(BrokerSettings):
     """Broker (host, port, credentials, TLS files: ``BrokerSettings``), the vehicle's topic
-    levels, the protocol version, the map, and how patiently orders are re-sent."""
+    levels, the protocol version, the map, and how patiently orders are re-sent and the
+    vehicle is asked for its factsheet and state. docs/backends.md lists each one."""
 
     interface_name: str = "uagv"
-    major_version: str = "v2"
-    # The version written in every header; 2.1.0 by default, 3.0.0 where configured.
+    # The protocol version the vehicle speaks (2.0.0, 2.1.0 or 3.0.0): written in every
+    # header, and it decides the messages' layout. The topic's version level follows it
+    # (v2, v3) unless ``major_version`` says otherwise.
     protocol_version: str = Field(default="2.1.0", pattern=r"^[23]\.\d+\.\d+$")
+    major_version: str = ""
     manufacturer: str
     serial_number: str
+    # The vehicle's map of the fleet's layout: every order's nodes name it, and a vehicle
+    # on another map refuses them.
     map_id: str = "warehouse"
     # Where the named targets (waypoints, docks, slots) are: the fleet file's layout, or
     # the layout given inline. One of them is needed for named targets.
@@ -31,15 +41,26 @@ class Vda5050Params(BrokerSettings):
     dock_action_types: tuple[str, ...] = ("dock", "startCharging")
     # An order not yet shown in ``state`` is re-published this often (QoS 0 loses messages).
     resend_period_s: float = Field(default=0.5, gt=0, le=60)
-    # A first node within this distance counts as reached (the vehicle's own position).
+    # A factsheet or state asked for and not received is asked for again this often.
+    request_period_s: float = Field(default=2.0, gt=0, le=60)
+    # How near a node the vehicle must be for it to count as reached, in every order's
+    # nodes: the start node (where the vehicle stands) and the target, where the vehicle
+    # must report itself within it for the command to be COMPLETED.
     allowed_deviation_xy: float = Field(default=0.5, gt=0)
     max_message_bytes: int = Field(default=DEFAULT_MAX_BYTES, ge=1024)
     max_json_depth: int = Field(default=DEFAULT_MAX_DEPTH, ge=4, le=256)
 
-    @field_validator("interface_name", "major_version", "manufacturer", "serial_number")
+    @field_validator("interface_name", "manufacturer", "serial_number")
     @classmethod
     def _topic_level(cls, value: str) -> str:
         return check_topic_level("topic level", value)
+
+    @model_validator(mode="after")
+    def _major_version(self) -> Vda5050Params:
+        if not self.major_version:
+            object.__setattr__(self, "major_version", major_version_of(self.protocol_version))
+        check_topic_level("major_version", self.major_version)
+        return self
 
     @model_validator(mode="after")
     def _one_layout(self) -> Vda5050Params:

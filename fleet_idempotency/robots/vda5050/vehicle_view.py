@@ -30,11 +30,14 @@ class Snapshot:
     state: State | None
     state_sequence: int  # how many states were accepted (to wait for a newer one)
     restarts: int
-    connection: str  # ONLINE, OFFLINE, CONNECTIONBROKEN, or "" (never heard)
+    # ONLINE, OFFLINE, CONNECTIONBROKEN (3.0: CONNECTION_BROKEN), HIBERNATING, or "" (never
+    # heard: the broker kept no retained ``connection`` for us)
+    connection: str
     factsheet: Factsheet | None
     # No state yet since the vehicle last came ONLINE: the state held may be of a process
     # that has since restarted (and forgotten its order), so nothing may be sent on it.
     state_stale: bool = False
+    factsheets: int = 0  # how many factsheets were accepted (to wait for a newer one)
 
 
 class VehicleView:
@@ -86,8 +89,8 @@ class VehicleView:
             self.bad_input["unreadable"] += 1
             return False
         if accepted:
-            self.accepted[topic_name] += 1
             with self._changed:
+                self.accepted[topic_name] += 1
                 self._changed.notify_all()
             self._on_change()
         return accepted
@@ -139,6 +142,7 @@ class VehicleView:
                 self._connection,
                 self._factsheet,
                 self._online_since_state,
+                self.accepted["factsheet"],
             )
 
     def wait_change(self, timeout_s: float) -> None:
