@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from fleet_idempotency.bringup.system_tools import MOSQUITTO, MOSQUITTO_PASSWD, SystemTool
+from fleet_idempotency.bringup.system_tools import MOSQUITTO, MOSQUITTO_PASSWD, OPENSSL
 from fleet_idempotency.http.ports import PortLease
 
 _START_TIMEOUT_S = 20.0
@@ -31,7 +31,6 @@ _STOP_TIMEOUT_S = 10.0
 # Long enough for any test run, short enough that a leaked CA is soon worthless.
 _CERT_DAYS = 2
 
-OPENSSL = SystemTool("openssl", "openssl", "the throwaway certificates of a TLS test broker")
 
 
 class MosquittoUnavailable(RuntimeError):

@@ -70,6 +70,7 @@ POSTGRES = SystemTool(
     folder_patterns=("/usr/lib/postgresql/*/bin",),
 )
 CHROMIUM = SystemTool("chromium", "chromium", "the headless browser of the fleet page's test")
+OPENSSL = SystemTool("openssl", "openssl", "the throwaway certificates of a TLS test broker")
 GDB = SystemTool("gdb", "gdb", "the debugger that forces Fast DDS's teardown deadlock")
 
 

@@ -63,7 +63,9 @@ class SchemaCheck:
 class Recorder:
     """Every message published on the vehicle's topics (an MQTT client of its own)."""
 
-    def __init__(self, broker: LocalMosquitto, prefix: str) -> None:
+    def __init__(self, broker: LocalMosquitto, prefix: str, password: str = PASSWORD) -> None:
+        import ssl
+
         from paho.mqtt.client import Client, MQTTMessage
         from paho.mqtt.enums import CallbackAPIVersion
 
@@ -71,7 +73,9 @@ class Recorder:
         self._lock = threading.Lock()
         self._subscribed = threading.Event()
         self.client = Client(CallbackAPIVersion.VERSION2, client_id="recorder")
-        self.client.username_pw_set(USERNAME, PASSWORD)
+        self.client.username_pw_set(USERNAME, password)
+        if broker.ca_file is not None:
+            self.client.tls_set_context(ssl.create_default_context(cafile=str(broker.ca_file)))
 
         def on_connect(*_args: Any) -> None:
             self.client.subscribe(f"{prefix}/#", 1)
