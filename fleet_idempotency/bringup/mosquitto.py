@@ -32,7 +32,6 @@ _STOP_TIMEOUT_S = 10.0
 _CERT_DAYS = 2
 
 
-
 class MosquittoUnavailable(RuntimeError):
     """The broker would not start (a missing package is ``MissingSystemTool``)."""
 

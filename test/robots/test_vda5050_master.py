@@ -31,12 +31,12 @@ from support.vda5050_stand import Vda5050Stand, make_stand, needs_mosquitto
 
 pytestmark = needs_mosquitto
 
-COMPLETED, FAILED = 3, 4
+COMPLETED, FAILED, REJECTED = 3, 4, 6
 SHORT = CommandSpec("move_to_waypoint", {"x": 3.0, "y": 0.5})
 SLOW = CommandSpec("move_to_waypoint", {"x": 40.0, "y": 0.5})
 
 Stand = Callable[..., Vda5050Stand]
-Agent = Callable[[Vda5050Stand], AgentUnderTest]
+Agent = Callable[..., AgentUnderTest]
 
 
 @pytest.fixture
@@ -66,11 +66,11 @@ def stand_of(ros_env: dict[str, str], ros_context: Any, tmp_path: Path) -> Itera
 def agent_of(ros_env: dict[str, str], ros_context: Any, tmp_path: Path) -> Iterator[Agent]:
     running: list[AgentUnderTest] = []
 
-    def start(stand: Vda5050Stand) -> AgentUnderTest:
+    def start(stand: Vda5050Stand, **params: Any) -> AgentUnderTest:
         subject = BackendUnderTest(
             backend="vda5050",
             robot_type="amr",
-            params=stand.backend_params(),
+            params=stand.backend_params(**params),
             completes=SHORT,
             refused=CommandSpec("move_to_waypoint", {"waypoint": "NOWHERE"}),
             slow=SLOW,
@@ -223,3 +223,30 @@ def test_a_broker_that_kept_no_connection_message_still_lets_the_agent_find_its_
     agent.send("noretain-1", SHORT)
     assert agent.final("noretain-1").state == COMPLETED
     assert stand.side_effects("noretain-1") == 1
+
+
+def test_an_order_the_vehicle_neither_takes_nor_refuses_is_refused_by_its_deadline(
+    stand_of: Stand, agent_of: Agent
+) -> None:
+    """A vehicle that drops what it cannot read says nothing: the key must not stay claimed
+    for ever. After ``accept_timeout_s`` the order is no longer sent, and once states
+    published after the last copy still do not show it, nothing ran: refused, released."""
+    stand = stand_of()
+    agent = agent_of(stand, accept_timeout_s=2.0)
+    stand.faults(drop_orders=1000)  # every order lost, silently
+    agent.send("deaf-1", SHORT)
+    refused = agent.answer(
+        "deaf-1",
+        lambda r: r.state == REJECTED,
+        "the refusal",
+    )
+    assert refused.status_code == 504, refused
+    assert "neither took nor refused" in refused.message, refused
+    assert not agent.check_key("deaf-1").found, "released"
+    sent = len([m for m in sent_by_master(stand, "order") if m["orderId"] == "deaf-1"])
+    agent.spin_for(1.0)
+    assert len([m for m in sent_by_master(stand, "order") if m["orderId"] == "deaf-1"]) == sent
+    stand.faults(drop_orders=0)
+    agent.send("deaf-1", SHORT, attempt=2)
+    assert agent.final("deaf-1").state == COMPLETED
+    assert stand.side_effects("deaf-1") == 1

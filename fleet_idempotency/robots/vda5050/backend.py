@@ -59,7 +59,7 @@ from fleet_idempotency.robots.vda5050.verdict import Phase, Verdict, judge
 from fleet_idempotency.vda5050.mqtt import MqttLink
 from fleet_idempotency.vda5050.wire import QOS, HeaderIds, topic
 
-NOT_READY, BUSY, INVALID = 503, 429, 400
+NOT_READY, BUSY, INVALID, NO_ANSWER = 503, 429, 400, 504
 # Refusals of an order because the vehicle is busy: retryable, like the agent's own 429.
 BUSY_ERROR_TYPES = frozenset({"OTHER_ORDER_ACTIVE", "MOBILE_ROBOT_NOT_AVAILABLE"})
 WAIT_SLICE_S = 0.25
@@ -393,12 +393,35 @@ class Vda5050Backend(RobotBackend):
         return time.monotonic() - watch.last_sent >= self.p.resend_period_s
 
     def _until_shown(self, watch: _Watch) -> Verdict:
+        deadline = time.monotonic() + self.p.accept_timeout_s
+        asked_at: int | None = None  # state sequence when the last word was asked for
         while True:
             verdict = self._step(watch)
             if watch.seen or watch.unknown or verdict.phase is Phase.REFUSED:
                 return verdict
             if self._stop.is_set():
                 raise ExecutionAborted(f"{self.robot_id}: stopped before the vehicle answered")
+            if asked_at is None and time.monotonic() >= deadline:
+                # Neither shown nor refused (a vehicle that drops what it cannot read says
+                # nothing): stop sending, and ask for a state. One published after every
+                # copy reached the vehicle (a connection delivers in order) settles it.
+                watch.encode = None
+                snapshot = self.view.snapshot()
+                asked_at = snapshot.state_sequence
+                self._requests.want(state=True, factsheet=False, view=snapshot)
+            if asked_at is not None:
+                snapshot = self.view.snapshot()
+                if snapshot.state_sequence > asked_at + 1 and not snapshot.state_stale:
+                    verdict = self._step(watch)
+                    if watch.seen or watch.unknown or verdict.phase is Phase.REFUSED:
+                        return verdict
+                    current = snapshot.state.orderId if snapshot.state is not None else ""
+                    raise CommandRefused(
+                        f"vehicle {self.p.serial_number} neither took nor refused order "
+                        f"{watch.plan.order_id!r} within {self.p.accept_timeout_s:g} s (its "
+                        f"order: {current!r}); nothing ran, a retry sends it again",
+                        NO_ANSWER,
+                    )
             self.view.wait_change(min(WAIT_SLICE_S, self.p.resend_period_s))
 
     def _until_final(self, command: Command, watch: _Watch) -> dict[str, Any]:

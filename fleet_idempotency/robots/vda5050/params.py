@@ -41,6 +41,10 @@ class Vda5050Params(BrokerSettings):
     dock_action_types: tuple[str, ...] = ("dock", "startCharging")
     # An order not yet shown in ``state`` is re-published this often (QoS 0 loses messages).
     resend_period_s: float = Field(default=0.5, gt=0, le=60)
+    # An order neither shown nor refused by then is no longer sent; once a state published
+    # after the last copy still does not show it, the command is refused (504, key
+    # released: nothing ran). A vehicle that drops what it cannot read says nothing.
+    accept_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     # A factsheet or state asked for and not received is asked for again this often.
     request_period_s: float = Field(default=2.0, gt=0, le=60)
     # How near a node the vehicle must be for it to count as reached, in every order's
