@@ -75,7 +75,7 @@ def timestamp(now: datetime | None = None) -> str:
 
 
 class HeaderIds:
-    """headerId per topic, incremented by 1 with each sent message (2.1 section 6.5), re-sends
+    """headerId per topic, incremented by 1 with each sent message (2.1 section 6.4), re-sends
     included.
 
     With ``path``, ids go on across restarts: the next id of each topic is written there

@@ -11,7 +11,7 @@ final. VDA 5050 2.1 rules (section) pinned here:
 - the vehicle keeps its order while disconnected (6.2): a broker restart mid-order ends
   COMPLETED, once;
 - nothing tells master control that a vehicle forgot its order but its restart (headerId
-  from 0, 6.5): the key becomes INTERRUPTED, never re-sent;
+  from 0, 6.4): the key becomes INTERRUPTED, never re-sent;
 - ``connection`` last will CONNECTIONBROKEN (6.14): commands are refused before any side
   effect until the vehicle is ONLINE again;
 - after an agent crash the key is reconciled from ``state``, never published again: one
@@ -105,7 +105,7 @@ def test_a_lost_order_is_resent_the_same_under_new_headers_until_state_shows_it(
     sent = orders_of(stand, "lost-1")
     assert len(sent) >= 3
     assert all(without_header(p) == without_header(sent[0]) for p in sent), "the same order"
-    # 2.1 section 6.5: the headerId is incremented by 1 with each message sent on a topic.
+    # 2.1 section 6.4: the headerId is incremented by 1 with each message sent on a topic.
     ids = header_ids(stand.recorder.of("order"))
     assert ids == list(range(ids[0], ids[0] + len(ids))), ids
     stamps = [json.loads(p)["timestamp"] for p in sent]

@@ -3,10 +3,10 @@ real processes (an agent, the package's simulated vehicle made to do no more tha
 obliges it to, a real Mosquitto, the world simulator as the oracle):
 
 - a vehicle need not publish its factsheet unasked: the backend sends ``factsheetRequest``
-  and ``stateRequest`` (2.1 section 6.8.2 instant actions) and is ready only with both;
+  and ``stateRequest`` (2.1 section 6.8.1, predefined instant actions) and is ready only with both;
 - a ``cancelOrder`` at the vehicle (an operator, another tool) ends the command FAILED with
   the reason, never COMPLETED;
-- headerIds go up by one per message on each topic (2.1 section 6.5), re-sends and agent
+- headerIds go up by one per message on each topic (2.1 section 6.4), re-sends and agent
   restarts included;
 - a 3.0 vehicle (topics ``v3``, CONNECTION_BROKEN, ``mobileRobotPosition``);
 - a broker that kept no ``connection`` message (no retained messages) still lets the agent

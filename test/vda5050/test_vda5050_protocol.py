@@ -78,7 +78,7 @@ def pick_is(status: str) -> list[dict[str, str]]:
             Phase.COMPLETED,
         ),
         # Nothing left, but it never reached the target (a cancelOrder empties the node
-        # states and keeps lastNodeId where the vehicle stopped, 2.1 6.9.3): never done.
+        # states and keeps lastNodeId where the vehicle stopped, 2.1 6.6.3): never done.
         ({"orderId": "k-1", "lastNodeId": "here", "actionStates": PICKED}, Phase.FAILED),
         (
             {"orderId": "k-1", "lastNodeId": "here", "actionStates": [*PICKED, CANCEL_DONE]},

@@ -5,7 +5,7 @@ store guarantees one execution per key, and its tombstones keep an expired key f
 back), each ``actionId`` is ``<orderId>/<actionType>``, and ``orderUpdateId`` is 0: this
 master control never updates an order, it sends one order per command. Every re-send of an
 order carries the same content (the start node where the vehicle stood at the first send)
-under a new headerId and timestamp (2.1 section 6.5: the headerId is incremented with each
+under a new headerId and timestamp (2.1 section 6.4: the headerId is incremented with each
 sent message), so the vehicle's rule for a repeated ``orderId``/``orderUpdateId`` (2.1
 section 6.6.4.3, 3.0 section 6.1.4.5: ignore it) applies.
 

@@ -6,7 +6,7 @@ deep, not JSON, not an object, fails the schema of the fields we read, names ano
 manufacturer or serial number, or is stale: a ``state`` whose ``headerId`` is not above
 the last one accepted. One exception: after the vehicle came ONLINE again, a lower
 ``headerId`` is a restarted vehicle counting from the start (headerId is per topic and
-incremented with each message sent, 2.1 section 6.5); it is accepted and the vehicle's
+incremented with each message sent, 2.1 section 6.4); it is accepted and the vehicle's
 ``restarts`` count goes up, which tells the backend the vehicle may have forgotten its
 order (nothing else in VDA 5050 says so).
 """

@@ -8,7 +8,7 @@
   reports its position, within the allowed deviation of it, every action of ours
   FINISHED -> COMPLETED; anywhere else -> FAILED, saying where and why (a ``cancelOrder``
   empties the node states and keeps ``lastNodeId`` where the vehicle stopped, 2.1
-  section 6.9.3: never a completion).
+  section 6.6.3: never a completion).
 - Another ``orderId``: an error of a refusal type (2.1 section 6.6.4; 3.0 section 6.1.4)
   that references our ``orderId`` -> REFUSED (the vehicle did not take the order over:
   it keeps its previous one); otherwise NOT_CURRENT (not received yet, lost, or gone).
