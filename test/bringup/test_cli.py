@@ -84,16 +84,20 @@ def test_up_then_submit_twice_and_check(tmp_path: Path) -> None:
         assert (answer["status_code"], answer["replayed"]) == (200, False)
         assert answer["result"]["item"] == "P-1"
 
-        again = json.loads(run_client(submit, env, tmp_path).stdout)
+        resubmitted = run_client(submit, env, tmp_path)
+        assert resubmitted.returncode == 0, resubmitted.stdout + resubmitted.stderr
+        again = json.loads(resubmitted.stdout)
         assert (again["status_code"], again["replayed"]) == (200, True)
         assert again["result"] == answer["result"]
 
         check = run_client(["check", "--client", "ops", "--key", "order-42"], env, tmp_path)
+        assert check.returncode == 0, check.stdout + check.stderr
         status = json.loads(check.stdout)
-        assert check.returncode == 0 and status["found"] and status["state"] == 3
+        assert status["found"] and status["state"] == 3
 
         unknown = run_client(["check", "--client", "ops", "--key", "never"], env, tmp_path)
-        assert unknown.returncode == 1 and json.loads(unknown.stdout)["found"] is False
+        assert unknown.returncode == 1, unknown.stdout + unknown.stderr
+        assert json.loads(unknown.stdout)["found"] is False
 
         # The HTTP API started with the fleet; without API keys its caller is "local".
         # A ROS submit and an HTTP retry of the same intent agree (one fingerprint).
